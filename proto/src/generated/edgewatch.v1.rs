@@ -271,6 +271,9 @@ pub struct ThrottleCounters {
     pub start_time_unix_ns: i64,
     #[prost(message, repeated, tag = "2")]
     pub components: ::prost::alloc::vec::Vec<ComponentSeconds>,
+    /// Model running while these seconds accumulated: totals are kept per model version.
+    #[prost(message, optional, tag = "3")]
+    pub model: ::core::option::Option<ModelVersion>,
 }
 #[derive(Clone, Copy, PartialEq, ::prost::Message)]
 pub struct ComponentSeconds {
@@ -298,6 +301,9 @@ pub struct EnergyCounters {
     pub start_time_unix_ns: i64,
     #[prost(message, repeated, tag = "2")]
     pub rails: ::prost::alloc::vec::Vec<RailEnergy>,
+    /// Model running while this energy accumulated: totals are kept per model version.
+    #[prost(message, optional, tag = "3")]
+    pub model: ::core::option::Option<ModelVersion>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct RailEnergy {
@@ -324,6 +330,9 @@ pub struct AutonomySeconds {
     pub start_time_unix_ns: i64,
     #[prost(message, repeated, tag = "2")]
     pub modes: ::prost::alloc::vec::Vec<ModeSeconds>,
+    /// Model running while these seconds accumulated: totals are kept per model version.
+    #[prost(message, optional, tag = "3")]
+    pub model: ::core::option::Option<ModelVersion>,
 }
 #[derive(Clone, Copy, PartialEq, ::prost::Message)]
 pub struct ModeSeconds {
@@ -344,6 +353,8 @@ pub struct Intervention {
     pub reason: ::prost::alloc::string::String,
     #[prost(enumeration = "AutonomyMode", tag = "4")]
     pub mode: i32,
+    #[prost(message, optional, tag = "5")]
+    pub model: ::core::option::Option<ModelVersion>,
 }
 /// Safety tier. The machine brought itself to a safe stop.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -356,6 +367,8 @@ pub struct SafeStop {
     pub reason: ::prost::alloc::string::String,
     #[prost(enumeration = "AutonomyMode", tag = "4")]
     pub mode: i32,
+    #[prost(message, optional, tag = "5")]
+    pub model: ::core::option::Option<ModelVersion>,
 }
 /// Safety tier. A different model is now running.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
