@@ -33,6 +33,8 @@ macro_rules! counters {
             pub outbox_pending: AtomicU64,
             /// Unix time (s) of the last committed group.
             pub last_commit_unix_s: AtomicI64,
+            /// 1 while the subscription is acknowledged on the current connection, else 0.
+            pub subscribed: AtomicU64,
         }
 
         impl Metrics {
@@ -55,6 +57,9 @@ macro_rules! counters {
                 let _ = writeln!(out, "# HELP edgewatch_gateway_last_commit_timestamp_seconds Unix time of the last committed group of messages.");
                 let _ = writeln!(out, "# TYPE edgewatch_gateway_last_commit_timestamp_seconds gauge");
                 let _ = writeln!(out, "edgewatch_gateway_last_commit_timestamp_seconds {}", self.last_commit_unix_s.load(Ordering::Relaxed));
+                let _ = writeln!(out, "# HELP edgewatch_gateway_subscribed 1 while the broker has acknowledged the subscription on the current connection.");
+                let _ = writeln!(out, "# TYPE edgewatch_gateway_subscribed gauge");
+                let _ = writeln!(out, "edgewatch_gateway_subscribed {}", self.subscribed.load(Ordering::Relaxed));
                 out
             }
         }

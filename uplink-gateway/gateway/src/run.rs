@@ -251,6 +251,7 @@ pub async fn run(
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => {
                         tracing::info!(reasons = ?ack.return_codes, "Subscribed.");
+                        metrics.subscribed.store(1, Ordering::Relaxed);
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
                         if tx.send(publish).is_err() {
@@ -260,6 +261,7 @@ pub async fn run(
                     Ok(Event::Outgoing(Outgoing::Disconnect)) => break,
                     Ok(_) => {}
                     Err(error) => {
+                        metrics.subscribed.store(0, Ordering::Relaxed);
                         metrics.mqtt_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(%error, "MQTT connection failed; reconnecting after a pause.");
                         let pause = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
