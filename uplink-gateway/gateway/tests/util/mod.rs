@@ -308,10 +308,10 @@ impl Gateway {
     pub fn wait_metric(&self, name: &str, predicate: impl Fn(f64) -> bool) -> f64 {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(value) = self.metric(name) {
-                if predicate(value) {
-                    return value;
-                }
+            if let Some(value) = self.metric(name)
+                && predicate(value)
+            {
+                return value;
             }
             if Instant::now() > deadline {
                 panic!(
