@@ -431,7 +431,7 @@ pub(crate) mod zeroed {
             }
         }
 
-        pub(crate) fn as_ref(&self) -> crate::protocol::RingRef<'_> {
+        pub(crate) fn ring_ref(&self) -> crate::protocol::RingRef<'_> {
             crate::protocol::RingRef {
                 head: &self.head,
                 heartbeat_ns: &self.heartbeat_ns,

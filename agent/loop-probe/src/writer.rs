@@ -163,6 +163,7 @@ struct Shared {
     path: PathBuf,
     capacity: u32,
     epoch: u64,
+    start_ns: u64,
     memory_locked: bool,
 }
 
@@ -244,6 +245,11 @@ impl ProbeHandle {
     pub fn epoch(&self) -> u64 {
         self.shared.epoch
     }
+
+    /// When the probe file was created (CLOCK_MONOTONIC ns); autonomy time counts from here.
+    pub fn start_ns(&self) -> u64 {
+        self.shared.start_ns
+    }
 }
 
 /// The producer: owns the probe file and records cycles into it.
@@ -315,6 +321,7 @@ impl ProbeWriter {
             path: path.clone(),
             capacity: config.capacity,
             epoch: new_epoch(start_ns),
+            start_ns,
             memory_locked,
         };
         init_file(&shared, config, start_ns);

@@ -59,7 +59,7 @@ fn loom_reader_rejects_torn_slots_and_accounts_for_every_record() {
         let writer = thread::spawn(move || {
             let mut w = RingWriter::new(2, 20, 9);
             for i in 0..RECORDS {
-                w.record(&w_ring.as_ref(), &cycle_for(i));
+                w.record(&w_ring.ring_ref(), &cycle_for(i));
             }
         });
         let mut reader = RingReader::new(2, 1_000, 0, 0);
@@ -70,10 +70,10 @@ fn loom_reader_rejects_torn_slots_and_accounts_for_every_record() {
             assert!(last_index < Some(r.index), "records out of order");
             last_index = Some(r.index);
         };
-        let s = reader.poll(&ring.as_ref(), 0, &mut sink).unwrap();
+        let s = reader.poll(&ring.ring_ref(), 0, &mut sink).unwrap();
         total.accumulate(&s);
         writer.join().unwrap();
-        let s = reader.poll(&ring.as_ref(), 0, &mut sink).unwrap();
+        let s = reader.poll(&ring.ring_ref(), 0, &mut sink).unwrap();
         total.accumulate(&s);
         assert_eq!(
             total.new_records + total.lost + total.torn + total.rejected,
@@ -95,7 +95,7 @@ fn loom_summary_is_never_torn() {
         let writer = thread::spawn(move || {
             let mut w = RingWriter::new(2, 20, 9);
             for i in 0..RECORDS {
-                w.record(&w_ring.as_ref(), &cycle_for(i));
+                w.record(&w_ring.ring_ref(), &cycle_for(i));
             }
         });
         let valid: Vec<CycleCounters> = (0..=RECORDS).map(counters_after).collect();
@@ -116,7 +116,7 @@ fn loom_summary_stays_whole_when_the_writer_stops_mid_update() {
         let w_ring = ring.clone();
         let writer = thread::spawn(move || {
             let mut w = RingWriter::new(2, 20, 9);
-            w.record(&w_ring.as_ref(), &cycle_for(0));
+            w.record(&w_ring.ring_ref(), &cycle_for(0));
             // The producer dies inside the second update: latch odd, copy 0 half written.
             let s = &w_ring.summary;
             s.seq.store(3, Ordering::Release);

@@ -20,7 +20,7 @@ fn cycle(i: u64, duration_ns: u64) -> Cycle {
 fn collect(reader: &mut RingReader, ring: &zeroed::Ring, now: u64) -> (Vec<Record>, PollStats) {
     let mut out = Vec::new();
     let stats = reader
-        .poll(&ring.as_ref(), now, &mut |r: &Record| out.push(*r))
+        .poll(&ring.ring_ref(), now, &mut |r: &Record| out.push(*r))
         .unwrap();
     (out, stats)
 }
@@ -64,7 +64,7 @@ fn records_come_back_whole_and_in_order() {
     let ring = zeroed::Ring::new(8);
     let mut w = RingWriter::new(8, BUDGET, 7);
     for i in 0..5 {
-        w.record(&ring.as_ref(), &cycle(i, 100_000 + i));
+        w.record(&ring.ring_ref(), &cycle(i, 100_000 + i));
     }
     let mut r = RingReader::new(8, PERIOD, 1_000_000_000, 0);
     let (recs, stats) = collect(&mut r, &ring, 2_000_000_000);
@@ -90,7 +90,7 @@ fn records_overwritten_before_the_reader_came_are_counted_as_lost() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
     for i in 0..10 {
-        w.record(&ring.as_ref(), &cycle(i, 1));
+        w.record(&ring.ring_ref(), &cycle(i, 1));
     }
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     let (recs, stats) = collect(&mut r, &ring, 2_000_000_000);
@@ -106,7 +106,7 @@ fn records_overwritten_before_the_reader_came_are_counted_as_lost() {
 fn overruns_and_cycle_gaps_set_flags_and_counters() {
     let ring = zeroed::Ring::new(8);
     let mut w = RingWriter::new(8, BUDGET, 1);
-    let rr = ring.as_ref();
+    let rr = ring.ring_ref();
     assert_eq!(w.record(&rr, &cycle(0, BUDGET)), 0);
     assert_eq!(w.record(&rr, &cycle(1, BUDGET + 1)), FLAG_OVERRUN);
     assert_eq!(w.record(&rr, &cycle(4, 10)), FLAG_SKIPPED);
@@ -136,7 +136,7 @@ fn a_slot_with_an_odd_sequence_is_rejected_as_torn() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
     for i in 0..3 {
-        w.record(&ring.as_ref(), &cycle(i, 1));
+        w.record(&ring.ring_ref(), &cycle(i, 1));
     }
     ring.slots[1].seq.store(3, Ordering::Relaxed);
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
@@ -164,13 +164,13 @@ fn a_head_below_the_cursor_is_reported_as_a_reset() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
     for i in 0..3 {
-        w.record(&ring.as_ref(), &cycle(i, 1));
+        w.record(&ring.ring_ref(), &cycle(i, 1));
     }
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     collect(&mut r, &ring, 2_000_000_000);
     ring.head.store(1, Ordering::Relaxed);
     let err = r
-        .poll(&ring.as_ref(), 2_000_000_000, &mut |_: &Record| {})
+        .poll(&ring.ring_ref(), 2_000_000_000, &mut |_: &Record| {})
         .unwrap_err();
     assert_eq!(err, HeadWentBack { head: 1, cursor: 3 });
 }
@@ -179,7 +179,7 @@ fn a_head_below_the_cursor_is_reported_as_a_reset() {
 fn an_absurd_head_jump_is_an_anomaly_not_a_loss() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
-    w.record(&ring.as_ref(), &cycle(0, 1));
+    w.record(&ring.ring_ref(), &cycle(0, 1));
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     collect(&mut r, &ring, 1_000_000_000);
     ring.head.store(1 << 60, Ordering::Relaxed);
@@ -196,7 +196,7 @@ fn a_fast_but_plausible_head_counts_overwrites_as_lost() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
     for i in 0..100 {
-        w.record(&ring.as_ref(), &cycle(i, 1));
+        w.record(&ring.ring_ref(), &cycle(i, 1));
     }
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     let (_, stats) = collect(&mut r, &ring, 1_000_100_000);
@@ -208,8 +208,8 @@ fn a_fast_but_plausible_head_counts_overwrites_as_lost() {
 fn a_duration_over_a_thousand_periods_is_rejected() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
-    w.record(&ring.as_ref(), &cycle(0, PERIOD * 1000 + 1));
-    w.record(&ring.as_ref(), &cycle(1, PERIOD * 1000));
+    w.record(&ring.ring_ref(), &cycle(0, PERIOD * 1000 + 1));
+    w.record(&ring.ring_ref(), &cycle(1, PERIOD * 1000));
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     let (recs, stats) = collect(&mut r, &ring, 2_000_000_000);
     assert_eq!(stats.rejected, 1);
@@ -221,7 +221,7 @@ fn a_duration_over_a_thousand_periods_is_rejected() {
 fn the_summary_stays_whole_when_the_writer_dies_inside_copy_zero() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
-    w.record(&ring.as_ref(), &cycle(0, BUDGET + 5));
+    w.record(&ring.ring_ref(), &cycle(0, BUDGET + 5));
     let before = read_summary(&ring.summary).unwrap();
     let next = CycleCounters {
         cycles: 2,
@@ -239,7 +239,7 @@ fn the_summary_stays_whole_when_the_writer_dies_inside_copy_zero() {
 fn the_summary_stays_whole_when_the_writer_dies_inside_copy_one() {
     let ring = zeroed::Ring::new(4);
     let mut w = RingWriter::new(4, BUDGET, 1);
-    w.record(&ring.as_ref(), &cycle(0, BUDGET + 5));
+    w.record(&ring.ring_ref(), &cycle(0, BUDGET + 5));
     let before = read_summary(&ring.summary).unwrap();
     let next = CycleCounters {
         cycles: 2,
@@ -381,7 +381,7 @@ mod model {
             self.next_cycle += gap;
             let d = if over { BUDGET + 1 } else { BUDGET / 2 };
             self.writer
-                .record(&self.ring.as_ref(), &cycle(self.next_cycle, d));
+                .record(&self.ring.ring_ref(), &cycle(self.next_cycle, d));
             let e = &mut self.expected;
             e.cycles += 1;
             e.misses += u64::from(over);
@@ -440,7 +440,7 @@ mod model {
                     Action::Poll => {
                         let mut got = Vec::new();
                         let stats = reader
-                            .poll(&p.ring.as_ref(), now, &mut |r: &Record| got.push(r.cycle))
+                            .poll(&p.ring.ring_ref(), now, &mut |r: &Record| got.push(r.cycle))
                             .unwrap();
                         let (want, lost) = expect_poll(&mut unread, cap as usize, None);
                         prop_assert_eq!(&got, &want);
@@ -467,7 +467,7 @@ mod model {
                         // The agent drains the dead ring: never a half-written record.
                         let mut got = Vec::new();
                         let stats = reader
-                            .poll(&p.ring.as_ref(), now, &mut |r: &Record| got.push(r.cycle))
+                            .poll(&p.ring.ring_ref(), now, &mut |r: &Record| got.push(r.cycle))
                             .unwrap();
                         let (want, lost) = expect_poll(&mut unread, cap as usize, clobbered);
                         prop_assert_eq!(&got, &want);
