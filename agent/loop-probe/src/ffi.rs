@@ -286,10 +286,9 @@ pub unsafe extern "C" fn lp_count_fallback(w: *const LpWriter) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lp_memory_locked(w: *const LpWriter) -> c_int {
     guarded(|| {
-        // SAFETY: `w` is live per the contract; `memory_locked` only reads an immutable field
-        // of the writer, which lp_record never changes.
-        match unsafe { w.as_ref() } {
-            Some(w) => c_int::from(unsafe { &*w.writer.get() }.memory_locked()),
+        // SAFETY: forwarded contract.
+        match unsafe { handle(w) } {
+            Some(h) => c_int::from(h.memory_locked()),
             None => 0,
         }
     })

@@ -246,6 +246,11 @@ impl ProbeHandle {
         self.shared.epoch
     }
 
+    /// Whether the ring is locked into RAM.
+    pub fn memory_locked(&self) -> bool {
+        self.shared.memory_locked
+    }
+
     /// When the probe file was created (CLOCK_MONOTONIC ns); autonomy time counts from here.
     pub fn start_ns(&self) -> u64 {
         self.shared.start_ns

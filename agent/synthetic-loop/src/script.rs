@@ -79,7 +79,7 @@ impl When {
     fn matches(&self, cycle: u64) -> bool {
         match *self {
             When::Range { from, to } => (from..to).contains(&cycle),
-            When::Every { every, from } => cycle >= from && (cycle - from) % every == 0,
+            When::Every { every, from } => cycle >= from && (cycle - from).is_multiple_of(every),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The synthetic loop as a real process, read back through the loop-probe reader: injected
 //! counts against the probe's, and kill / restart / freeze detected by the reader.
 
+// Helpers here are test code too; clippy.toml allows unwrap only inside #[test] fns.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,6 +1,9 @@
 //! Integration tests of loop-probe on real files in /dev/shm: writer and reader, hostile files,
 //! the C ABI with a real C program, and allocation counting.
 
+// Helpers here are test code too; clippy.toml allows unwrap only inside #[test] fns.
+#![allow(clippy::unwrap_used)]
+
 mod alloc;
 mod bad_input;
 mod c_abi;
