@@ -387,6 +387,7 @@ pub(crate) mod zeroed {
         }
     }
 
+    #[cfg(not(loom))]
     pub(crate) fn events() -> EventCells {
         EventCells {
             interventions: AtomicU64::new(0),

@@ -88,7 +88,8 @@ fn loom_reader_rejects_torn_slots_and_accounts_for_every_record() {
 
 #[test]
 fn loom_summary_is_never_torn() {
-    const RECORDS: u64 = 3;
+    // Two updates exercise both copies being rewritten under a reader.
+    const RECORDS: u64 = 2;
     builder().check(|| {
         let ring = Arc::new(zeroed::Ring::new(2));
         let w_ring = ring.clone();
@@ -99,10 +100,10 @@ fn loom_summary_is_never_torn() {
             }
         });
         let valid: Vec<CycleCounters> = (0..=RECORDS).map(counters_after).collect();
-        for _ in 0..2 {
-            if let Some(s) = read_summary(&ring.summary) {
-                assert!(valid.contains(&s), "torn summary {s:?}");
-            }
+        // One read per execution: loom already tries it at every point of the writer's run,
+        // and every value each Relaxed load may return.
+        if let Some(s) = read_summary(&ring.summary) {
+            assert!(valid.contains(&s), "torn summary {s:?}");
         }
         writer.join().unwrap();
         assert_eq!(read_summary(&ring.summary), Some(counters_after(RECORDS)));
