@@ -3,6 +3,8 @@
 
 // Helpers here are test code too; clippy.toml allows unwrap only inside #[test] fns.
 #![allow(clippy::unwrap_used)]
+// The shared-memory shells do not exist in loom builds (`--cfg loom` checks `--lib` only).
+#![cfg(not(loom))]
 
 mod alloc;
 mod bad_input;
