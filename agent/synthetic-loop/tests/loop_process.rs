@@ -69,6 +69,14 @@ fn wait_for_records(probe: &Path, n: u64) -> ProbeReader {
     }
 }
 
+/// Waits (bounded) until the producer is seen alive. A SCHED_OTHER loop on a busy 2-core VM can
+/// miss 3 periods now and then, which is (correctly) a momentary stall.
+fn wait_alive(r: &ProbeReader) {
+    wait_until("a live producer", || {
+        r.liveness(now()).unwrap() == Liveness::Alive
+    });
+}
+
 /// Waits (bounded) until `f` holds.
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -185,8 +193,8 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
     }
     let manual_s = j["autonomy_seconds"]["manual"].as_f64().unwrap();
     assert!(
-        (0.15..0.25).contains(&manual_s),
-        "manual for 100 cycles of 5 ms: {manual_s}"
+        (0.1..0.3).contains(&manual_s),
+        "manual for 40 cycles of 5 ms: {manual_s}"
     );
 
     let mut recs = Vec::new();
@@ -223,7 +231,7 @@ fn sigterm_stops_the_loop_cleanly_with_a_summary() {
         .spawn()
         .unwrap();
     let r = wait_for_records(&probe, 20);
-    assert_eq!(r.liveness(now()).unwrap(), Liveness::Alive);
+    wait_alive(&r);
     signal(&child, libc::SIGTERM);
     let out = child.wait_with_output().unwrap();
     let j = json(&out);
@@ -243,7 +251,7 @@ fn a_killed_producer_is_seen_dead() {
         .spawn()
         .unwrap();
     let mut r = wait_for_records(&probe, 10);
-    assert_eq!(r.liveness(now()).unwrap(), Liveness::Alive);
+    wait_alive(&r);
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();
     assert_eq!(r.liveness(now()).unwrap(), Liveness::Dead);
@@ -296,7 +304,7 @@ fn a_restarted_producer_is_seen_as_a_restart_and_followed() {
         Some(0),
         "the new ring starts at the new producer's first cycle"
     );
-    assert_eq!(r.liveness(now()).unwrap(), Liveness::Alive);
+    wait_alive(&r);
     signal(&second, libc::SIGKILL);
     second.wait().unwrap();
 }
