@@ -46,9 +46,45 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill with a child pid we own.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+/// A running loop process; killed and reaped on drop, so a failing test leaves nothing behind.
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(mut c: Command) -> Running {
+        Running(Some(c.spawn().unwrap()))
+    }
+
+    fn child(&self) -> &Child {
+        self.0.as_ref().unwrap()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child().id()
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill with the pid of a child we have not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, sig) }, 0);
+    }
+
+    /// Waits for exit and collects its output.
+    fn output(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+
+    /// Waits for exit (after a fatal signal).
+    fn reap(&mut self) {
+        self.0.take().unwrap().wait().unwrap();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// Waits (bounded) until the probe exists and has recorded at least `n` cycles.
@@ -227,13 +263,11 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
 fn sigterm_stops_the_loop_cleanly_with_a_summary() {
     let dir = scratch();
     let probe = probe_in(&dir);
-    let child = cmd(&probe, &["--rate-hz", "500", "--budget-ms", "1"])
-        .spawn()
-        .unwrap();
+    let child = Running::spawn(cmd(&probe, &["--rate-hz", "500", "--budget-ms", "1"]));
     let r = wait_for_records(&probe, 20);
     wait_alive(&r);
-    signal(&child, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
+    child.signal(libc::SIGTERM);
+    let out = child.output();
     let j = json(&out);
     assert_eq!(j["stopped_by"], "signal");
     assert_eq!(
@@ -247,13 +281,11 @@ fn sigterm_stops_the_loop_cleanly_with_a_summary() {
 fn a_killed_producer_is_seen_dead() {
     let dir = scratch();
     let probe = probe_in(&dir);
-    let mut child = cmd(&probe, &["--rate-hz", "500", "--budget-ms", "1"])
-        .spawn()
-        .unwrap();
+    let mut child = Running::spawn(cmd(&probe, &["--rate-hz", "500", "--budget-ms", "1"]));
     let mut r = wait_for_records(&probe, 10);
     wait_alive(&r);
-    signal(&child, libc::SIGKILL);
-    child.wait().unwrap();
+    child.signal(libc::SIGKILL);
+    child.reap();
     assert_eq!(r.liveness(now()).unwrap(), Liveness::Dead);
     // What it recorded before dying is still there, whole.
     let stats = r.poll(now(), &mut |_: &Record| {}).unwrap();
@@ -266,7 +298,7 @@ fn a_restarted_producer_is_seen_as_a_restart_and_followed() {
     let dir = scratch();
     let probe = probe_in(&dir);
     let args = ["--rate-hz", "500", "--budget-ms", "1"];
-    let mut first = cmd(&probe, &args).spawn().unwrap();
+    let mut first = Running::spawn(cmd(&probe, &args));
     let mut r = wait_for_records(&probe, 10);
     let first_epoch = r.info().epoch;
 
@@ -279,9 +311,9 @@ fn a_restarted_producer_is_seen_as_a_restart_and_followed() {
     assert_eq!(refused.status.code(), Some(75));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("held by a live producer"));
 
-    signal(&first, libc::SIGKILL);
-    first.wait().unwrap();
-    let mut second = cmd(&probe, &args).spawn().unwrap();
+    first.signal(libc::SIGKILL);
+    first.reap();
+    let mut second = Running::spawn(cmd(&probe, &args));
     wait_until("the new producer's file", || {
         matches!(
             r.liveness(now()),
@@ -290,7 +322,7 @@ fn a_restarted_producer_is_seen_as_a_restart_and_followed() {
     });
     r.reopen().unwrap();
     assert_ne!(r.info().epoch, first_epoch);
-    assert_eq!(r.info().pid, second.id());
+    assert_eq!(r.info().pid, second.pid());
     wait_until("records from the new producer", || {
         r.summary().unwrap().head >= 5
     });
@@ -305,19 +337,17 @@ fn a_restarted_producer_is_seen_as_a_restart_and_followed() {
         "the new ring starts at the new producer's first cycle"
     );
     wait_alive(&r);
-    signal(&second, libc::SIGKILL);
-    second.wait().unwrap();
+    second.signal(libc::SIGKILL);
+    second.reap();
 }
 
 #[test]
 fn a_frozen_producer_is_seen_stalled_and_alive_again_after_sigcont() {
     let dir = scratch();
     let probe = probe_in(&dir);
-    let mut child = cmd(&probe, &["--rate-hz", "200", "--budget-ms", "1"])
-        .spawn()
-        .unwrap();
+    let mut child = Running::spawn(cmd(&probe, &["--rate-hz", "200", "--budget-ms", "1"]));
     let r = wait_for_records(&probe, 5);
-    signal(&child, libc::SIGSTOP);
+    child.signal(libc::SIGSTOP);
     // Stalled after 3 periods (15 ms) without a heartbeat.
     wait_until("a stall", || {
         matches!(r.liveness(now()), Ok(Liveness::Stalled { .. }))
@@ -326,10 +356,10 @@ fn a_frozen_producer_is_seen_stalled_and_alive_again_after_sigcont() {
         panic!("not stalled")
     };
     assert!(heartbeat_age_ns > 15_000_000);
-    signal(&child, libc::SIGCONT);
+    child.signal(libc::SIGCONT);
     wait_until("recovery", || r.liveness(now()).unwrap() == Liveness::Alive);
-    signal(&child, libc::SIGKILL);
-    child.wait().unwrap();
+    child.signal(libc::SIGKILL);
+    child.reap();
 }
 
 #[test]
