@@ -89,3 +89,8 @@ pub use model::{
 };
 pub use owned::OwnedSample;
 pub use parse::parse_line;
+
+/// The README's examples, compiled and run as doctests so they cannot drift from the code.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

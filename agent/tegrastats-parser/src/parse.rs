@@ -883,3 +883,70 @@ fn engine_value(s: &mut Scanner<'_>) -> Step<(bool, Option<u32>, Option<u32>)> {
     s.token_end("the end of the engine")?;
     Ok((true, load_pct, freq_mhz))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(text: &str) -> Scanner<'_> {
+        Scanner { line: text, pos: 0 }
+    }
+
+    #[test]
+    fn numbers_past_u32_max_fail_at_their_first_digit() {
+        assert_eq!(scan("4294967295").number("n").ok(), Some(u32::MAX));
+        let mut s = scan("x 4294967296");
+        s.pos = 2;
+        assert_eq!(s.number("n").unwrap_err().pos, 2);
+    }
+
+    #[test]
+    fn decimals_are_plain_digits_with_an_optional_sign_and_fraction() {
+        for good in ["45", "45.5", "-256", "47.281", "0.000"] {
+            assert!(scan(good).decimal("d").is_ok(), "{good}");
+        }
+        for bad in ["1e5", "inf", "NaN", "1.", ".5", "+5", "-", ""] {
+            let mut s = scan(bad);
+            let value = s.decimal("d");
+            // Either rejected, or only a plain prefix was read (`1` of `1e5`), never the whole.
+            assert!(value.is_err() || s.pos < bad.len(), "{bad}");
+        }
+        let huge = "9".repeat(60);
+        assert!(
+            scan(&huge).decimal("d").is_err(),
+            "an infinite value is rejected"
+        );
+    }
+
+    #[test]
+    fn gpu_keys_are_gr3d_with_an_optional_index_and_suffix() {
+        for key in [
+            "GR3D",
+            "GR3D2",
+            "GR3D_FREQ",
+            "GR3D2_FREQ",
+            "GR3D10_FREQ",
+            "GR3D_PCI",
+        ] {
+            assert!(is_gpu_key(key), "{key}");
+        }
+        for key in ["GR3", "GR3D_", "gr3d_freq", "GR3D_FREQX", "GR3D_LOAD"] {
+            assert!(!is_gpu_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn engine_names_are_upper_case_while_rail_names_may_mix_case() {
+        assert!(is_engine_name("NVDLA0_LOAD") && is_rail_name("NVDLA0_LOAD"));
+        assert!(!is_engine_name("Dec") && is_rail_name("Dec"));
+        assert!(!is_rail_name("0ABC") && !is_rail_name("") && !is_rail_name("A@B"));
+    }
+
+    #[test]
+    fn columns_count_characters_from_one() {
+        assert_eq!(column("abc", 0), 1);
+        assert_eq!(column("é b", 3), 3);
+        assert_eq!(column("abc", 3), 4);
+        assert_eq!(column("abc", 99), 4);
+    }
+}
