@@ -19,8 +19,8 @@
 
 use crate::error::ParseError;
 use crate::model::{
-    Clocks, Cpu, Engine, GpuField, Iram, Lfb, MAX_CPUS, Mts, Rail, Ram, Sample, Swap, Temperature,
-    Timestamp, Utilisation,
+    Clocks, Cpu, Engine, GpuField, Iram, Lfb, MAX_CLOCKS, MAX_CPUS, Mts, Rail, Ram, Sample, Swap,
+    Temperature, Timestamp, Utilisation,
 };
 
 /// Reads one tegrastats line into a [`Sample`] that borrows from it, without allocating.
@@ -345,7 +345,7 @@ impl<'a> Parser<'a> {
             "EMC" | "EMC_FREQ" => Some(("EMC", false, emc(&mut probe).map(Field::Emc))),
             _ if is_gpu_key(key) => Some(("GR3D", false, gpu(&mut probe).map(Field::Gpu))),
             "APE" => Some(("APE", false, ape(&mut probe).map(Field::Ape))),
-            _ if key.len() > 1 && !key.starts_with('@') && key.contains('@') => Some((
+            _ if is_temperature_shaped(key) => Some((
                 "temperature",
                 true,
                 temperature(&mut probe).map(Field::Temperature),
@@ -399,7 +399,7 @@ impl<'a> Parser<'a> {
 
     fn push_unknown(&mut self, text: &'a str) {
         if self.sample.unknown.push(text).is_err() {
-            self.sample.overflow += 1;
+            self.sample.overflow = self.sample.overflow.saturating_add(1);
         }
     }
 
@@ -418,7 +418,7 @@ impl<'a> Parser<'a> {
                 let fresh = !self.cpu_seen;
                 if fresh {
                     self.cpu_seen = true;
-                    sample.overflow += overflow;
+                    sample.overflow = sample.overflow.saturating_add(overflow);
                 }
                 fresh
             }
@@ -456,9 +456,25 @@ fn push_counted<T, const N: usize>(
     overflow: &mut u32,
 ) -> bool {
     if list.push(value).is_err() {
-        *overflow += 1;
+        *overflow = overflow.saturating_add(1);
     }
     true
+}
+
+/// `ZONE@` followed by a digit or `-`, where ZONE is a zone name: the shape of a temperature,
+/// and not that of free text such as an e-mail address.
+fn is_temperature_shaped(token: &str) -> bool {
+    let Some((zone, value)) = token.split_once('@') else {
+        return false;
+    };
+    is_zone_name(zone) && value.starts_with(|c: char| c.is_ascii_digit() || c == '-')
+}
+
+/// A thermal zone type as the kernel names them (`CPU`, `soc012`, `max170xx`, `PMIC-Die`).
+fn is_zone_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 fn is_gpu_key(key: &str) -> bool {
@@ -637,7 +653,7 @@ fn cpu(s: &mut Scanner<'_>, cpus: &mut heapless::Vec<Cpu, MAX_CPUS>) -> Step<u32
             };
             s.skip_ws();
             if cpus.push(core).is_err() {
-                overflow += 1;
+                overflow = u32::saturating_add(overflow, 1);
             }
             if s.eat(",") {
                 continue;
@@ -676,6 +692,7 @@ fn util_freq(s: &mut Scanner<'_>) -> Step<(Option<u32>, Clocks)> {
                 let at = *s;
                 let mhz = s.number("a clock in MHz")?;
                 if clocks.push(mhz).is_err() {
+                    const _: () = assert!(MAX_CLOCKS == 8, "the message below names the capacity");
                     return at.fail("at most 8 clocks");
                 }
                 s.skip_ws();
@@ -760,7 +777,7 @@ fn edp(s: &mut Scanner<'_>) -> Step<u32> {
 /// `ZONE@VALUEC[/MAXC]`; `-256` reads as unavailable.
 fn temperature<'a>(s: &mut Scanner<'a>) -> Step<Temperature<&'a str>> {
     let token = s.token();
-    let Some((zone, _)) = token.split_once('@') else {
+    let Some((zone, _)) = token.split_once('@').filter(|(zone, _)| is_zone_name(zone)) else {
         return s.fail("`ZONE@VALUEC`");
     };
     s.pos += zone.len() + 1;

@@ -595,6 +595,15 @@ fn numbers_too_big_for_32_bits_leave_the_field_unknown() {
 // Errors
 
 #[test]
+fn text_with_an_at_sign_is_not_taken_for_a_temperature() {
+    let error = parse_line("mail root@localhost about GR3D@").unwrap_err();
+    assert_eq!(error, ParseError::NoField { column: 1 });
+    let sample = parsed("RAM 1/2MB [x]@40C cpu@40C");
+    assert_eq!(sample.unknown(), ["[x]@40C"]);
+    assert_eq!(sample.temperatures().len(), 1);
+}
+
+#[test]
 fn a_blank_line_is_an_error_at_column_one() {
     assert_eq!(
         parse_line("").unwrap_err(),
