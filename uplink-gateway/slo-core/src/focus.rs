@@ -22,7 +22,8 @@
 //! Invariants:
 //! - Previous rows + new rows sum, per key, to the current report (within [`CORRECTION_EPSILON`]).
 //! - Exporting twice from the same data emits nothing the second time.
-//! - [`write_focus_csv`] and [`parse_focus_csv`] round-trip every row (numbers to 1e-9).
+//! - [`write_focus_csv`] and [`parse_focus_csv`] round-trip every row exactly (amounts and
+//!   quantities are rounded to nine decimals when rows are made).
 
 use crate::calendar::{MS_PER_DAY, format_rfc3339, month_bounds, parse_rfc3339};
 use crate::cost::{CostLine, CostReport};
@@ -277,11 +278,13 @@ fn regular_rows(report: &CostReport) -> Vec<FocusRow> {
             ("site".to_owned(), k.site.clone()),
         ]);
         for c in components(line, &report.currency) {
+            let cost = round9(c.cost);
+            let quantity = c.quantity.map(round9);
             rows.push(FocusRow {
-                billed_cost: if c.billed { c.cost } else { 0.0 },
-                effective_cost: c.cost,
-                list_cost: c.cost,
-                contracted_cost: c.cost,
+                billed_cost: if c.billed { cost } else { 0.0 },
+                effective_cost: cost,
+                list_cost: cost,
+                contracted_cost: cost,
                 billing_currency: report.currency.clone(),
                 billing_period_start_ms: billing_start,
                 billing_period_end_ms: billing_end,
@@ -290,9 +293,9 @@ fn regular_rows(report: &CostReport) -> Vec<FocusRow> {
                 charge_category: "Usage".to_owned(),
                 correction: false,
                 charge_description: c.description,
-                consumed_quantity: c.quantity,
+                consumed_quantity: quantity,
                 consumed_unit: c.unit.to_owned(),
-                pricing_quantity: c.quantity,
+                pricing_quantity: quantity,
                 pricing_unit: c.unit.to_owned(),
                 resource_id: k.machine_id.clone(),
                 resource_name: k.machine_id.clone(),
@@ -349,7 +352,7 @@ pub fn focus_rows(report: &CostReport, previous: &[FocusRow], now_ms: i64) -> Ve
     }
     let (billing_start, billing_end) = month_bounds(now_ms);
     let correction = |mut row: FocusRow, before: Exported| -> Option<FocusRow> {
-        let d = |now: f64, then: f64| now - then;
+        let d = |now: f64, then: f64| round9(now - then);
         let delta_cost = d(row.effective_cost, before.effective);
         let delta_qty = d(row.consumed_quantity.unwrap_or(0.0), before.consumed);
         if delta_cost.abs() < CORRECTION_EPSILON && delta_qty.abs() < CORRECTION_EPSILON {
@@ -402,6 +405,13 @@ pub fn focus_rows(report: &CostReport, previous: &[FocusRow], now_ms: i64) -> Ve
         out.extend(correction(zero, before));
     }
     out
+}
+
+/// Amounts and quantities in rows are rounded to nine decimals, so that the CSV text holds
+/// exactly the row's value and a file read back compares equal.
+fn round9(v: f64) -> f64 {
+    let r = (v * 1e9).round() / 1e9;
+    if r == 0.0 { 0.0 } else { r }
 }
 
 /// A number as FOCUS decimal text: at most nine decimals, no trailing zeros, no `-0`.

@@ -48,16 +48,10 @@ fn assert_close(actual: Option<f64>, expected: f64, what: &str) {
 
 /// One 99.9 % control SLO (budget 0.001) on loop `safety`, default windows and policy.
 fn catalog() -> Catalog {
-    let mut config = CatalogConfig::default();
-    config.slos = vec![SloConfig {
-        name: "safety-control".into(),
-        description: String::new(),
-        objective_percent: 99.9,
-        period: "30d".into(),
-        sli: SliConfig::ControlDeadline(LoopsSli {
-            loops: vec!["safety".into()],
-        }),
-    }];
+    let config = CatalogConfig {
+        slos: catalog_config_with_period("30d"),
+        ..CatalogConfig::default()
+    };
     config.validate().unwrap()
 }
 
@@ -423,8 +417,10 @@ fn only_samples_inside_the_needed_range_affect_the_report() {
     add(&mut everything, &p.before);
     add(&mut everything, &p.backlog);
     add(&mut everything, &p.live);
-    let mut config = CatalogConfig::default();
-    config.slos = catalog_config_with_period("1d");
+    let mut config = CatalogConfig {
+        slos: catalog_config_with_period("1d"),
+        ..CatalogConfig::default()
+    };
     config.alert_windows.truncate(1);
     let catalog = config.validate().unwrap();
     let now = t0() + 48 * HOUR;
