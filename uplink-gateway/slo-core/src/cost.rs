@@ -21,7 +21,7 @@
 use crate::calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
 use crate::catalog::{ConfigError, DEFAULT_BASE_LOOKBACK, duration};
 use crate::metric;
-use crate::series::{SeriesSet, Window};
+use crate::series::{Series, SeriesSet, Window};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -386,14 +386,14 @@ pub struct CostReport {
     pub missing_prices: Vec<String>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Usage {
     machine_seconds: f64,
     autonomous_seconds: f64,
     joules: f64,
 }
 
-fn cell_key(day_start_ms: i64, s: &crate::Series) -> CellKey {
+fn cell_key(day_start_ms: i64, s: &Series) -> CellKey {
     CellKey {
         day_start_ms,
         machine_id: s.label("machine_id").to_owned(),
@@ -406,30 +406,66 @@ fn cell_key(day_start_ms: i64, s: &crate::Series) -> CellKey {
 
 /// Computes the cost of every (day, machine, model version) of `period` from `series`.
 pub fn cost(book: &PriceBook, series: &SeriesSet, period: Period) -> CostReport {
-    let mut usage: BTreeMap<CellKey, Usage> = BTreeMap::new();
-    for day in period.days() {
-        let window = Window {
-            start_ms: day,
-            end_ms: day + MS_PER_DAY,
-        };
-        for s in series.metric(metric::AUTONOMY_SECONDS) {
-            let seconds = s.increase(window, book.lookback_ms);
-            if seconds > 0.0 {
-                let u = usage.entry(cell_key(day, s)).or_default();
-                u.machine_seconds += seconds;
-                if s.label("mode") == AUTONOMOUS_MODE {
-                    u.autonomous_seconds += seconds;
-                }
-            }
+    let mut costing = Costing::new(book, period);
+    for s in series.iter() {
+        costing.add(s);
+    }
+    costing.finish()
+}
+
+/// [`cost()`] one series at a time, for bounded memory (each series added whole, as for
+/// [`crate::slo::Evaluation`]).
+#[derive(Debug)]
+pub struct Costing<'a> {
+    book: &'a PriceBook,
+    period: Period,
+    usage: BTreeMap<CellKey, Usage>,
+}
+
+impl<'a> Costing<'a> {
+    /// Starts costing `period`.
+    pub fn new(book: &'a PriceBook, period: Period) -> Self {
+        Self {
+            book,
+            period,
+            usage: BTreeMap::new(),
         }
-        for s in series.metric(metric::ENERGY_JOULES) {
-            let joules = s.increase(window, book.lookback_ms);
-            if joules > 0.0 {
-                usage.entry(cell_key(day, s)).or_default().joules += joules;
+    }
+
+    /// Adds one whole series; series of other metrics are ignored.
+    pub fn add(&mut self, s: &Series) {
+        let metric = s.metric();
+        if metric != metric::AUTONOMY_SECONDS && metric != metric::ENERGY_JOULES {
+            return;
+        }
+        for day in self.period.days() {
+            let window = Window {
+                start_ms: day,
+                end_ms: day + MS_PER_DAY,
+            };
+            let increase = s.increase(window, self.book.lookback_ms);
+            if increase <= 0.0 {
+                continue;
+            }
+            let u = self.usage.entry(cell_key(day, s)).or_default();
+            if metric == metric::ENERGY_JOULES {
+                u.joules += increase;
+            } else {
+                u.machine_seconds += increase;
+                if s.label("mode") == AUTONOMOUS_MODE {
+                    u.autonomous_seconds += increase;
+                }
             }
         }
     }
 
+    /// The report.
+    pub fn finish(self) -> CostReport {
+        price(self.book, self.usage, self.period)
+    }
+}
+
+fn price(book: &PriceBook, usage: BTreeMap<CellKey, Usage>, period: Period) -> CostReport {
     let mut missing = BTreeSet::new();
     let mut lines: Vec<CostLine> = usage
         .into_iter()

@@ -6,8 +6,10 @@
 //! Layout:
 //! - [`series`]: raw counter samples ([`SeriesSet`]) and the one increase rule every number uses.
 //! - [`catalog`]: the SLO catalog in config ([`CatalogConfig`] → [`Catalog`]), defaults included.
-//! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy.
-//! - [`cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`].
+//! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy;
+//!   [`Evaluation`] does the same one series at a time, for bounded memory at fleet scale.
+//! - [`cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
+//!   (or [`Costing`], one series at a time).
 //! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
 //! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
 //! - [`report`]: plain-text tables of both reports (JSON comes from their `Serialize`).
@@ -33,12 +35,12 @@ mod calendar;
 
 pub use calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
 pub use catalog::{Catalog, CatalogConfig, ConfigError};
-pub use cost::{CostReport, Period, PriceBook, PriceBookConfig, cost};
+pub use cost::{CostReport, Costing, Period, PriceBook, PriceBookConfig, cost};
 pub use focus::{FocusRow, focus_rows};
 pub use report::{render_cost_text, render_slo_text};
 pub use rules::render_rules;
 pub use series::{Labels, Series, SeriesSet, Window};
-pub use slo::{SloReport, evaluate};
+pub use slo::{Evaluation, SloReport, evaluate};
 
 use serde::Serialize;
 

@@ -18,7 +18,7 @@
 use crate::GroupKey;
 use crate::calendar::{format_duration, format_rfc3339};
 use crate::catalog::{Bad, Catalog, PolicyCondition, Selector, Severity, Slo, fill_template};
-use crate::series::{SeriesSet, Window};
+use crate::series::{Series, SeriesSet, Window};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -93,95 +93,130 @@ pub struct BurnRate {
 
 /// Evaluates every SLO of `catalog` on `series` at event time `now_ms`.
 pub fn evaluate(catalog: &Catalog, series: &SeriesSet, now_ms: i64) -> SloReport {
-    let mut rows = Vec::new();
-    for slo in &catalog.slos {
-        rows.extend(evaluate_slo(catalog, slo, series, now_ms));
+    let mut evaluation = Evaluation::new(catalog, now_ms);
+    for s in series.iter() {
+        evaluation.add(s);
     }
-    SloReport {
-        evaluated_at_ms: now_ms,
-        evaluated_at: format_rfc3339(now_ms),
-        rows,
-    }
+    evaluation.finish()
 }
 
-/// Σ increase per group of the series `selector` matches.
-fn sum_by_group(
-    series: &SeriesSet,
-    selector: &Selector,
-    window: Window,
-    lookback_ms: i64,
-) -> BTreeMap<GroupKey, f64> {
-    let mut sums = BTreeMap::new();
-    for s in series
-        .metric(selector.metric)
-        .filter(|s| selector.matches(s))
-    {
-        *sums.entry(GroupKey::of(s)).or_insert(0.0) += s.increase(window, lookback_ms);
+/// [`evaluate`] one series at a time, so a fleet's samples never need to be in memory at once:
+/// a source can fetch one machine's series, add them, drop them and go on. Each series must be
+/// added whole (all its samples in the needed range, in one call): increases add up across
+/// series, not across pieces of one series.
+#[derive(Debug)]
+pub struct Evaluation<'a> {
+    catalog: &'a Catalog,
+    now_ms: i64,
+    slos: Vec<SloSums>,
+}
+
+/// Running sums for one SLO: per group, one entry per window length.
+#[derive(Debug)]
+struct SloSums {
+    total_selector: Selector,
+    bad: Bad,
+    lengths: Vec<i64>,
+    total: BTreeMap<GroupKey, Vec<f64>>,
+    /// Bad events (`Bad::Counter`) or good events (`Bad::TotalMinusGood`).
+    counted: BTreeMap<GroupKey, Vec<f64>>,
+}
+
+impl<'a> Evaluation<'a> {
+    /// Starts an evaluation at event time `now_ms`.
+    pub fn new(catalog: &'a Catalog, now_ms: i64) -> Self {
+        let slos = catalog
+            .slos
+            .iter()
+            .map(|slo| {
+                let mut lengths: BTreeSet<i64> = BTreeSet::from([slo.period_ms]);
+                for w in &catalog.alert_windows {
+                    lengths.extend([w.long_ms, w.short_ms]);
+                }
+                SloSums {
+                    total_selector: slo.sli.total(),
+                    bad: slo.sli.bad(),
+                    lengths: lengths.into_iter().collect(),
+                    total: BTreeMap::new(),
+                    counted: BTreeMap::new(),
+                }
+            })
+            .collect();
+        Self {
+            catalog,
+            now_ms,
+            slos,
+        }
     }
-    sums
-}
 
-/// (total, bad) per group over one window.
-struct WindowCounts {
-    total: BTreeMap<GroupKey, f64>,
-    bad: BTreeMap<GroupKey, f64>,
-}
-
-impl WindowCounts {
-    fn new(slo: &Slo, series: &SeriesSet, window: Window, lookback_ms: i64) -> Self {
-        let total = sum_by_group(series, &slo.sli.total(), window, lookback_ms);
-        let bad = match slo.sli.bad() {
-            Bad::Counter(sel) => sum_by_group(series, &sel, window, lookback_ms),
-            Bad::TotalMinusGood(sel) => {
-                let good = sum_by_group(series, &sel, window, lookback_ms);
-                total
-                    .iter()
-                    .map(|(g, t)| (g.clone(), t - good.get(g).copied().unwrap_or(0.0)))
-                    .collect()
+    /// Adds one whole series; series no SLO reads are ignored.
+    pub fn add(&mut self, series: &Series) {
+        let lookback = self.catalog.lookback_ms;
+        for sums in &mut self.slos {
+            let counted_selector = match &sums.bad {
+                Bad::Counter(sel) | Bad::TotalMinusGood(sel) => sel,
+            };
+            let target = if sums.total_selector.matches(series) {
+                &mut sums.total
+            } else if counted_selector.matches(series) {
+                &mut sums.counted
+            } else {
+                continue;
+            };
+            let entry = target
+                .entry(GroupKey::of(series))
+                .or_insert_with(|| vec![0.0; sums.lengths.len()]);
+            for (slot, len) in entry.iter_mut().zip(&sums.lengths) {
+                *slot += series.increase(Window::ending_at(self.now_ms, *len), lookback);
             }
-        };
-        Self { total, bad }
+        }
     }
 
-    fn get(&self, group: &GroupKey) -> (f64, f64) {
-        (
-            self.total.get(group).copied().unwrap_or(0.0),
-            self.bad.get(group).copied().unwrap_or(0.0),
-        )
-    }
-
-    fn error_ratio(&self, group: &GroupKey) -> Option<f64> {
-        let (total, bad) = self.get(group);
-        (total > 0.0).then(|| bad / total)
+    /// The report.
+    pub fn finish(self) -> SloReport {
+        let mut rows = Vec::new();
+        for (slo, sums) in self.catalog.slos.iter().zip(&self.slos) {
+            rows.extend(evaluate_slo(self.catalog, slo, sums));
+        }
+        SloReport {
+            evaluated_at_ms: self.now_ms,
+            evaluated_at: format_rfc3339(self.now_ms),
+            rows,
+        }
     }
 }
 
-fn evaluate_slo(catalog: &Catalog, slo: &Slo, series: &SeriesSet, now_ms: i64) -> Vec<SloRow> {
-    let lookback = catalog.lookback_ms;
-    let mut lengths: BTreeSet<i64> = BTreeSet::from([slo.period_ms]);
-    for w in &catalog.alert_windows {
-        lengths.extend([w.long_ms, w.short_ms]);
-    }
-    let counts: BTreeMap<i64, WindowCounts> = lengths
-        .iter()
-        .map(|&len| {
-            let window = Window::ending_at(now_ms, len);
-            (len, WindowCounts::new(slo, series, window, lookback))
-        })
-        .collect();
-    let groups: BTreeSet<&GroupKey> = counts
-        .values()
-        .flat_map(|c| c.total.keys().chain(c.bad.keys()))
-        .collect();
+/// (total, bad) of one group over one window length.
+fn counts(sums: &SloSums, group: &GroupKey, len: i64) -> (f64, f64) {
+    let i = sums.lengths.iter().position(|l| *l == len).unwrap_or(0);
+    let get = |map: &BTreeMap<GroupKey, Vec<f64>>| map.get(group).map_or(0.0, |v| v[i]);
+    let total = get(&sums.total);
+    let bad = match sums.bad {
+        Bad::Counter(_) => get(&sums.counted),
+        Bad::TotalMinusGood(_) => total - get(&sums.counted),
+    };
+    (total, bad)
+}
+
+fn error_ratio(sums: &SloSums, group: &GroupKey, len: i64) -> Option<f64> {
+    let (total, bad) = counts(sums, group, len);
+    (total > 0.0).then(|| bad / total)
+}
+
+fn evaluate_slo(catalog: &Catalog, slo: &Slo, sums: &SloSums) -> Vec<SloRow> {
+    // Groups come from the total counter; a bad counter without totals still shows (no ratio).
+    let groups: BTreeSet<&GroupKey> = match sums.bad {
+        Bad::Counter(_) => sums.total.keys().chain(sums.counted.keys()).collect(),
+        Bad::TotalMinusGood(_) => sums.total.keys().collect(),
+    };
     let budget = slo.budget();
 
     groups
         .into_iter()
         .map(|group| {
-            let period = &counts[&slo.period_ms];
-            let (total_events, bad_events) = period.get(group);
-            let period_ratio = period.error_ratio(group);
-            let burn = |len: i64| counts[&len].error_ratio(group).map(|r| r / budget);
+            let (total_events, bad_events) = counts(sums, group, slo.period_ms);
+            let period_ratio = error_ratio(sums, group, slo.period_ms);
+            let burn = |len: i64| error_ratio(sums, group, len).map(|r| r / budget);
             let burn_rates: Vec<BurnRate> = catalog
                 .alert_windows
                 .iter()

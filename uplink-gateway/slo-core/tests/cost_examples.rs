@@ -5,7 +5,8 @@
 use edgewatch_slo::cost::{Period, PriceBookConfig, ShareService};
 use edgewatch_slo::focus::{FocusRow, parse_focus_csv, write_autonomy_csv, write_focus_csv};
 use edgewatch_slo::{
-    Labels, MS_PER_DAY, PriceBook, SeriesSet, cost, focus_rows, parse_rfc3339, render_cost_text,
+    Costing, Labels, MS_PER_DAY, PriceBook, SeriesSet, cost, focus_rows, parse_rfc3339,
+    render_cost_text,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -386,4 +387,17 @@ fn price_book_errors_name_the_key() {
     );
     assert_eq!(err.key(), "shares[0].start");
     assert!(toml::from_str::<PriceBookConfig>("currency = \"USD\"\nvat = 0.2").is_err());
+}
+
+#[test]
+fn series_costed_one_at_a_time_in_any_order_give_the_same_report() {
+    let book = book();
+    let data = first_data();
+    let period = Period::utc_days(day(), day() + 2 * MS_PER_DAY).unwrap();
+    let mut costing = Costing::new(&book, period);
+    let all: Vec<_> = data.iter().collect();
+    for s in all.iter().rev() {
+        costing.add(s);
+    }
+    assert_eq!(costing.finish(), cost(&book, &data, period));
 }

@@ -6,7 +6,9 @@ use edgewatch_slo::catalog::{
     CatalogConfig, FreshnessSli, LoopsSli, SliConfig, SloConfig, ThrottleSli,
 };
 use edgewatch_slo::slo::SloRow;
-use edgewatch_slo::{Catalog, Labels, SeriesSet, evaluate, parse_rfc3339, required_series};
+use edgewatch_slo::{
+    Catalog, Evaluation, Labels, SeriesSet, evaluate, parse_rfc3339, required_series,
+};
 
 const MIN: i64 = 60_000;
 const HOUR: i64 = 60 * MIN;
@@ -452,4 +454,17 @@ fn catalog_config_with_period(period: &str) -> Vec<SloConfig> {
             loops: vec!["safety".into()],
         }),
     }]
+}
+
+#[test]
+fn series_added_one_at_a_time_in_any_order_give_the_same_report() {
+    let set = burning(150);
+    let catalog = catalog();
+    let now = t0() + 2 * HOUR;
+    let mut evaluation = Evaluation::new(&catalog, now);
+    let all: Vec<_> = set.iter().collect();
+    for s in all.iter().rev() {
+        evaluation.add(s);
+    }
+    assert_eq!(evaluation.finish(), evaluate(&catalog, &set, now));
 }
