@@ -8,7 +8,7 @@
 //! - [`catalog`]: the SLO catalog in config ([`CatalogConfig`] → [`Catalog`]), defaults included.
 //! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy;
 //!   [`Evaluation`] does the same one series at a time, for bounded memory at fleet scale.
-//! - [`cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
+//! - [`mod@cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
 //!   (or [`Costing`], one series at a time).
 //! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
 //! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
