@@ -78,7 +78,13 @@ impl Series {
                 .into_iter()
                 .filter(|(_, v)| v.is_finite() && *v >= 0.0),
         );
-        if self.samples[before..].is_empty() {
+        let new = &self.samples[before..];
+        let in_order = new.windows(2).all(|w| w[0].0 < w[1].0)
+            && before
+                .checked_sub(1)
+                .is_none_or(|last| new.first().is_none_or(|f| f.0 > self.samples[last].0));
+        if in_order {
+            // The common case (a source hands over a series in time order): nothing to merge.
             return;
         }
         // Stable sort, then keep the last of equal timestamps: newer input wins.
@@ -123,6 +129,8 @@ impl Series {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SeriesSet {
     series: Vec<Series>,
+    /// Labels → position in `series`, so adding to a fleet-sized set stays O(log n).
+    index: BTreeMap<Labels, usize>,
 }
 
 impl SeriesSet {
@@ -134,9 +142,12 @@ impl SeriesSet {
     /// Adds samples to the series with exactly these labels, creating it when new. Samples with
     /// old timestamps simply land in the past of the series (late data).
     pub fn add(&mut self, labels: Labels, samples: impl IntoIterator<Item = (i64, f64)>) {
-        match self.series.iter_mut().find(|s| s.labels == labels) {
-            Some(series) => series.add(samples),
-            None => self.series.push(Series::new(labels, samples)),
+        match self.index.get(&labels) {
+            Some(&i) => self.series[i].add(samples),
+            None => {
+                self.index.insert(labels.clone(), self.series.len());
+                self.series.push(Series::new(labels, samples));
+            }
         }
     }
 
