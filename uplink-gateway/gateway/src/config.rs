@@ -80,6 +80,10 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     /// `[remote_write]`: optional Prometheus remote-write sink.
     pub remote_write: Option<RawRemoteWrite>,
+    /// `[slo]`: the SLO catalog (`docs/slo-catalog.md`); the built-in catalog when absent.
+    pub slo: Option<edgewatch_slo::CatalogConfig>,
+    /// `[prices]`: the price book; `export-focus` and the cost report need it.
+    pub prices: Option<edgewatch_slo::PriceBookConfig>,
 }
 
 /// `[mqtt]` as written.
@@ -223,6 +227,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Remote-write sink, when configured.
     pub remote_write: Option<RemoteWriteConfig>,
+    /// The SLO catalog.
+    pub catalog: edgewatch_slo::Catalog,
+    /// The price book, when configured.
+    pub prices: Option<edgewatch_slo::PriceBook>,
 }
 
 /// TLS material paths.
@@ -669,12 +677,27 @@ impl Config {
             })?),
         };
 
+        let catalog = match &raw.slo {
+            None => edgewatch_slo::Catalog::default(),
+            Some(slo) => slo.validate().map_err(|error| {
+                ConfigError::new(&format!("slo.{}", error.key()), error.to_string())
+            })?,
+        };
+        let prices = match &raw.prices {
+            None => None,
+            Some(prices) => Some(prices.validate().map_err(|error| {
+                ConfigError::new(&format!("prices.{}", error.key()), error.to_string())
+            })?),
+        };
+
         Ok(Self {
             mqtt: mqtt_config,
             ingest: ingest_config,
             store: store_config,
             metrics_listen,
             remote_write,
+            catalog,
+            prices,
         })
     }
 }
@@ -733,6 +756,15 @@ mod tests {
             Config::from_toml(&text).unwrap_err().key,
             "ingest.freshness_limit"
         );
+    }
+
+    #[test]
+    fn a_bad_slo_value_is_named_with_its_table() {
+        let text = format!(
+            "{MINIMAL}\n[slo]\n[[slo.slos]]\nname = \"x\"\nobjective_percent = 150.0\nsli = {{ kind = \"freshness\" }}\n"
+        );
+        let error = Config::from_toml(&text).unwrap_err();
+        assert!(error.key.starts_with("slo.slos[0]"), "{}", error.key);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - [`remote_write`]: Prometheus remote-write 1.0 types, request building, response
 //!   classification, blocking sender.
 //! - [`prometheus`]: reading raw samples back from a Prometheus HTTP query API.
+//! - [`source`]: raw samples for reports from either source, as the SLO core's series set.
 //! - [`metrics`]: the gateway's own counters and the `/metrics` HTTP endpoint.
 //! - [`run`]: the MQTT v5 session with manual acknowledgements around the ingest path.
 //!
@@ -27,5 +28,6 @@ pub mod prometheus;
 pub mod remote_write;
 pub mod run;
 pub mod series;
+pub mod source;
 pub mod store;
 pub mod validate;

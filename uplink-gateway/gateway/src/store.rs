@@ -10,7 +10,8 @@
 //! - A machine owns at most `max_series_per_machine` series of the contract (the gateway's own two
 //!   freshness series are not counted); a sample that would create one more is refused and counted.
 //! - Dead letters are bounded by count: beyond the limit the oldest are dropped and counted.
-//! - A redb file is single-process: one gateway instance owns one store.
+//! - One gateway instance writes a store (redb `SingleWriter` mode); other processes (`report`,
+//!   `export-focus`) may open it read-only at the same time and see its commits.
 //!
 //! Tables:
 //! ```text
@@ -28,8 +29,8 @@
 use std::path::Path;
 
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
-    TableDefinition,
+    ConcurrencyMode, Database, Durability, ReadOnlyDatabase, ReadTransaction, ReadableDatabase,
+    ReadableTable, ReadableTableMetadata, Table, TableDefinition,
 };
 
 use crate::config::StoreConfig;
@@ -63,6 +64,9 @@ pub enum StoreError {
     /// A read, write or commit failed.
     #[error("store I/O failed: {0}")]
     Storage(#[from] redb::Error),
+    /// A write was attempted through a read-only handle.
+    #[error("the store was opened read-only")]
+    ReadOnly,
 }
 
 impl From<redb::TransactionError> for StoreError {
@@ -252,9 +256,15 @@ pub struct DedupStream {
     pub ranges: Vec<(u64, u64)>,
 }
 
+/// The database handle: the writer's, or a read-only one.
+enum Handle {
+    Writer(Database),
+    Reader(ReadOnlyDatabase),
+}
+
 /// The store.
 pub struct Store {
-    db: Database,
+    db: Handle,
     config: StoreConfig,
 }
 
@@ -272,10 +282,11 @@ impl Store {
         }
         let db = Database::builder()
             .set_cache_size(config.cache_size)
+            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
             .create(&config.path)
             .map_err(open_error)?;
         let store = Self {
-            db,
+            db: Handle::Writer(db),
             config: config.clone(),
         };
         // Create every table up front so readers never meet a missing one.
@@ -288,12 +299,39 @@ impl Store {
         Self::open(&StoreConfig::at(path))
     }
 
+    /// Opens an existing store read-only, alongside the gateway that writes it.
+    pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        let config = StoreConfig::at(path);
+        let db = Database::builder()
+            .set_cache_size(config.cache_size)
+            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            .open_read_only(path)
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(Self {
+            db: Handle::Reader(db),
+            config,
+        })
+    }
+
+    fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
+        Ok(match &self.db {
+            Handle::Writer(db) => db.begin_read()?,
+            Handle::Reader(db) => db.begin_read()?,
+        })
+    }
+
     /// Runs `f` in one write transaction and commits it durably; nothing is committed if `f` fails.
     pub fn write<R>(
         &self,
         f: impl FnOnce(&mut Writer<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        let mut txn = self.db.begin_write()?;
+        let Handle::Writer(db) = &self.db else {
+            return Err(StoreError::ReadOnly);
+        };
+        let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
         let result = {
             let mut writer = Writer {
@@ -321,7 +359,7 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<RawSeries>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let series = txn.open_table(SERIES)?;
         let samples = txn.open_table(SAMPLES)?;
         let low = format!("{metric}{{");
@@ -351,7 +389,7 @@ impl Store {
 
     /// Every metric name with at least one series.
     pub fn metrics(&self) -> Result<Vec<String>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let series = txn.open_table(SERIES)?;
         let mut names: Vec<String> = Vec::new();
         for entry in series.iter()? {
@@ -367,13 +405,13 @@ impl Store {
 
     /// Number of samples stored.
     pub fn sample_count(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         Ok(txn.open_table(SAMPLES)?.len()?)
     }
 
     /// Dead letters, oldest first.
     pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(DEAD_LETTERS)?;
         let mut out = Vec::new();
         for entry in table.iter()? {
@@ -387,7 +425,7 @@ impl Store {
 
     /// Every de-duplication stream.
     pub fn dedup_streams(&self) -> Result<Vec<DedupStream>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(DEDUP)?;
         let mut out = Vec::new();
         for entry in table.iter()? {
@@ -415,7 +453,7 @@ impl Store {
 
     /// State of one machine.
     pub fn machine_state(&self, machine: &str) -> Result<Option<MachineState>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(MACHINES)?;
         Ok(table
             .get(machine)?
@@ -424,7 +462,7 @@ impl Store {
 
     /// Pending remote-write requests, oldest first.
     pub fn outbox(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         let table = txn.open_table(OUTBOX)?;
         let mut out = Vec::new();
         for entry in table.iter()? {
@@ -436,7 +474,7 @@ impl Store {
 
     /// Number of pending remote-write requests.
     pub fn outbox_len(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.begin_read()?;
         Ok(txn.open_table(OUTBOX)?.len()?)
     }
 
