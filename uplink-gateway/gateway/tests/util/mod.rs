@@ -152,6 +152,8 @@ pub struct GatewaySpec<'a> {
     pub shared_group: Option<&'a str>,
     pub remote_write_url: Option<String>,
     pub extra_ingest: &'a str,
+    /// Appended to the configuration file (e.g. `[slo]`, `[prices]` tables).
+    pub extra_tables: String,
 }
 
 impl<'a> GatewaySpec<'a> {
@@ -162,6 +164,7 @@ impl<'a> GatewaySpec<'a> {
             shared_group: None,
             remote_write_url: None,
             extra_ingest: "",
+            extra_tables: String::new(),
         }
     }
 }
@@ -192,6 +195,7 @@ impl Gateway {
                 "[remote_write]\nurl = \"{url}\"\nmax_sample_age = \"30d\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\ntimeout = \"5s\"\n"
             ));
         }
+        config.push_str(&spec.extra_tables);
         let config_file = dir.join("gateway.toml");
         std::fs::write(&config_file, config).unwrap();
         let mut gateway = Self {
@@ -322,6 +326,22 @@ impl Gateway {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Runs another subcommand of the binary with this gateway's configuration; returns stdout.
+    pub fn command(&self, args: &[&str]) -> String {
+        let output = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
+            .args(args)
+            .arg("--config")
+            .arg(&self.config_file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
     }
 
     pub fn store_path(&self) -> PathBuf {
