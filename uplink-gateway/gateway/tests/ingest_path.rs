@@ -20,8 +20,10 @@ use prost::Message as _;
 const ARRIVAL: i64 = 1_800_000_000_000_000_000;
 
 fn ingestor(dir: &std::path::Path) -> Ingestor {
-    let mut config = IngestConfig::default();
-    config.remote_write_max_age = Some(std::time::Duration::from_secs(7 * 86_400));
+    let config = IngestConfig {
+        remote_write_max_age: Some(std::time::Duration::from_secs(7 * 86_400)),
+        ..IngestConfig::default()
+    };
     Ingestor::new(Store::open_path(&dir.join("store.redb")).unwrap(), config).unwrap()
 }
 
