@@ -725,6 +725,22 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_is_a_valid_configuration() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/configuration.md"
+        ))
+        .unwrap();
+        let gateway = doc.split("## Gateway").nth(1).unwrap();
+        let example = gateway.split("```toml").nth(1).unwrap();
+        let example = example.split("```").next().unwrap();
+        let config = Config::from_toml(example).unwrap();
+        assert_eq!(config.mqtt.filter(), "$share/edgewatch/edgewatch/v1/+/+/+");
+        assert!(config.mqtt.tls.unwrap().client.is_some());
+        assert!(config.remote_write.is_some());
+    }
+
+    #[test]
     fn a_shared_group_becomes_a_shared_subscription() {
         let text = MINIMAL.replace("client_id", "shared_group = \"gw\"\nclient_id");
         let config = Config::from_toml(&text).unwrap();
