@@ -13,7 +13,7 @@
 //! - When remote-write is configured, every sample newly stored (and young enough for the sink's
 //!   out-of-order window) is queued in the outbox in the same transaction, one request per machine.
 
-use edgewatch_proto::framing::BatchDecoder;
+use edgewatch_proto::framing::{BatchDecoder, DecodeError};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
 use prost::Message as _;
 
@@ -72,7 +72,7 @@ pub struct IngestStats {
     /// Batches whose `sent_time` differs from arrival by more than the allowed clock skew.
     pub clock_skew_batches: u64,
     /// What normalization dropped.
-    pub normalize: NormalizeStatsCounts,
+    pub normalize: NormalizeStats,
     /// Samples stored.
     pub samples_new: u64,
     /// Samples already stored with the same value.
@@ -97,9 +97,6 @@ pub struct IngestStats {
     pub samples_too_old_for_remote_write: u64,
 }
 
-/// [`NormalizeStats`] summed over a group.
-pub type NormalizeStatsCounts = NormalizeStats;
-
 /// Result of one committed ingest call.
 #[derive(Debug, Clone, Default)]
 pub struct IngestReport {
@@ -119,13 +116,9 @@ pub struct Ingestor {
 }
 
 impl Ingestor {
-    /// An ingest path writing to `store`.
-    pub fn new(store: Store, config: IngestConfig) -> Result<Self, StoreError> {
-        let decoder = BatchDecoder::new().map_err(|error| {
-            StoreError::Storage(redb::Error::Corrupted(format!(
-                "zstd decoder could not start: {error}"
-            )))
-        })?;
+    /// An ingest path writing to `store`; fails only if the zstd decoder cannot start.
+    pub fn new(store: Store, config: IngestConfig) -> Result<Self, DecodeError> {
+        let decoder = BatchDecoder::new()?;
         Ok(Self {
             store,
             decoder,

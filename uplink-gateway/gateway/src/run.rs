@@ -38,6 +38,9 @@ pub enum RunError {
     /// The store could not be opened or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The zstd decoder could not start.
+    #[error("the batch decoder could not start: {0}")]
+    Decoder(#[from] edgewatch_proto::framing::DecodeError),
     /// A TLS file could not be read.
     #[error("reading {path}: {source}")]
     TlsFile {
