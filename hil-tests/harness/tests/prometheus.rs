@@ -34,5 +34,8 @@ fn a_started_prometheus_is_ready_with_an_out_of_order_window_and_stops_on_drop()
     assert!(!response.starts_with("HTTP/1.0 404"), "{response}");
     let addr = prometheus.addr();
     drop(prometheus);
-    assert!(TcpStream::connect(addr).is_err(), "the server stopped on drop");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "the server stopped on drop"
+    );
 }
