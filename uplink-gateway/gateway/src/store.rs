@@ -345,6 +345,7 @@ impl Store {
                 outbox: txn.open_table(OUTBOX)?,
                 meta: txn.open_table(META)?,
                 config: &self.config,
+                series_ids: std::collections::HashMap::new(),
             };
             f(&mut writer)?
         };
@@ -516,6 +517,9 @@ pub struct Writer<'txn> {
     outbox: Table<'txn, u64, &'static [u8]>,
     meta: Table<'txn, &'static str, u64>,
     config: &'txn StoreConfig,
+    /// Series ids looked up or created in this transaction (dropped with it, so an aborted
+    /// transaction leaves no stale id behind).
+    series_ids: std::collections::HashMap<String, u64>,
 }
 
 impl Writer<'_> {
@@ -534,7 +538,10 @@ impl Writer<'_> {
         value: f64,
         budget: Option<u32>,
     ) -> Result<Upsert, StoreError> {
-        let existing = self.series.get(series)?.map(|v| v.value());
+        let existing = match self.series_ids.get(series) {
+            Some(&id) => Some(id),
+            None => self.series.get(series)?.map(|v| v.value()),
+        };
         let id = match existing {
             Some(id) => id,
             None => {
@@ -551,16 +558,22 @@ impl Writer<'_> {
                 id
             }
         };
-        if let Some(stored) = self.samples.get((id, ts_ms))? {
-            let stored = stored.value();
-            return Ok(if stored == value || (stored.is_nan() && value.is_nan()) {
-                Upsert::Identical
-            } else {
-                Upsert::Conflict
-            });
+        if !self.series_ids.contains_key(series) {
+            self.series_ids.insert(series.to_owned(), id);
         }
-        self.samples.insert((id, ts_ms), value)?;
-        Ok(Upsert::New)
+        // One tree operation in the common case (a new sample); a conflict puts the stored value
+        // back, so it is never overwritten.
+        let previous = self.samples.insert((id, ts_ms), value)?.map(|v| v.value());
+        match previous {
+            None => Ok(Upsert::New),
+            Some(stored) if stored == value || (stored.is_nan() && value.is_nan()) => {
+                Ok(Upsert::Identical)
+            }
+            Some(stored) => {
+                self.samples.insert((id, ts_ms), stored)?;
+                Ok(Upsert::Conflict)
+            }
+        }
     }
 
     /// De-duplication ranges of a stream (`None` if never seen or unreadable) and when last seen.
