@@ -262,7 +262,7 @@ pub struct MqttConfig {
     /// Largest packet accepted.
     pub max_packet_size: u32,
     /// Username and password.
-    pub credentials: Option<(String, String)>,
+    pub credentials: Option<(String, Password)>,
     /// TLS.
     pub tls: Option<TlsConfig>,
 }
@@ -277,6 +277,16 @@ impl MqttConfig {
             ),
             None => edgewatch_proto::topic::ALL_MACHINES_FILTER.to_owned(),
         }
+    }
+}
+
+/// A password; its `Debug` form is redacted so `check-config` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 
@@ -469,8 +479,8 @@ impl Config {
             ));
         }
         let credentials = match (&mqtt.username, &mqtt.password) {
-            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
-            (Some(user), None) => Some((user.clone(), String::new())),
+            (Some(user), Some(password)) => Some((user.clone(), Password(password.clone()))),
+            (Some(user), None) => Some((user.clone(), Password(String::new()))),
             (None, Some(_)) => {
                 return Err(ConfigError::new(
                     "mqtt.password",
@@ -738,6 +748,17 @@ mod tests {
         assert_eq!(config.mqtt.filter(), "$share/edgewatch/edgewatch/v1/+/+/+");
         assert!(config.mqtt.tls.unwrap().client.is_some());
         assert!(config.remote_write.is_some());
+    }
+
+    #[test]
+    fn the_password_never_appears_in_the_printed_configuration() {
+        let text = MINIMAL.replace(
+            "client_id",
+            "username = \"gw\"\npassword = \"hunter2\"\nclient_id",
+        );
+        let printed = format!("{:?}", Config::from_toml(&text).unwrap());
+        assert!(!printed.contains("hunter2"));
+        assert!(printed.contains("<redacted>"));
     }
 
     #[test]

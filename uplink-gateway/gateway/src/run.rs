@@ -95,7 +95,7 @@ pub fn mqtt_options(config: &MqttConfig) -> Result<MqttOptions, RunError> {
     options.set_max_packet_size(Some(config.max_packet_size));
     options.set_manual_acks(true);
     if let Some((user, password)) = &config.credentials {
-        options.set_credentials(user.clone(), password.clone());
+        options.set_credentials(user.clone(), password.0.clone());
     }
     if let Some(tls) = &config.tls {
         let _ = rustls::crypto::ring::default_provider().install_default();
