@@ -1,0 +1,254 @@
+//! Writer and reader on real files: layout on disk, counters, liveness, restart.
+
+use std::os::unix::fs::PermissionsExt;
+
+use loop_probe::{
+    AutonomyMode, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED, Liveness, ProbeReader, ProbeWriter,
+    Record, RestartReason, clock::monotonic_ns,
+};
+
+use crate::util::{BUDGET, PERIOD, config, cycle, probe_path, scratch};
+
+fn drain(r: &mut ProbeReader) -> Vec<Record> {
+    let mut out = Vec::new();
+    r.poll(monotonic_ns(), &mut |rec: &Record| out.push(*rec))
+        .unwrap();
+    out
+}
+
+#[test]
+fn the_file_is_mode_0640_and_the_agent_maps_it_read_only_and_shared() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let _w = ProbeWriter::create(&path, &config(64)).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec!["loop.probe"], "no temporary file left behind");
+
+    let r = ProbeReader::open(&path).unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let canonical = path.canonicalize().unwrap();
+    let lines: Vec<&str> = maps
+        .lines()
+        .filter(|l| l.ends_with(canonical.to_str().unwrap()))
+        .collect();
+    // The writer's mapping (rw-s) and the reader's (r--s) of the same file.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split_whitespace().nth(1) == Some("r--s")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split_whitespace().nth(1) == Some("rw-s")),
+        "{lines:?}"
+    );
+    assert_eq!(r.info().loop_name(), "steer");
+}
+
+#[test]
+fn records_and_counters_written_are_read_back() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(64)).unwrap();
+    let mut r = ProbeReader::open(&path).unwrap();
+    assert_eq!(r.info().loop_id, 7);
+    assert_eq!(r.info().period_ns, PERIOD);
+    assert_eq!(r.info().budget_ns, BUDGET);
+    assert_eq!(r.info().capacity, 64);
+    assert_eq!(r.info().pid, std::process::id());
+    assert_ne!(r.info().epoch, 0);
+    assert_eq!(r.model_version().unwrap(), None);
+    assert_eq!(r.autonomy().unwrap().mode, AutonomyMode::Unknown);
+
+    let h = w.handle().clone();
+    let t0 = monotonic_ns();
+    h.set_autonomy(AutonomyMode::Autonomous, t0).unwrap();
+    h.set_model_version(0xabcdef, "planner-2.4.0").unwrap();
+    for i in 0..20u64 {
+        if i == 13 {
+            continue;
+        }
+        let mut c = cycle(i, if i % 5 == 0 { BUDGET + 1 } else { BUDGET - 1 });
+        if i == 7 {
+            c.flags = FLAG_FALLBACK;
+            h.count_fallback();
+        }
+        w.record(&c);
+    }
+    h.count_intervention();
+    h.count_safe_stop();
+    h.set_autonomy(AutonomyMode::Manual, t0 + 5_000_000)
+        .unwrap();
+
+    let recs = drain(&mut r);
+    assert_eq!(recs.len(), 19);
+    assert_eq!(
+        recs.iter().filter(|r| r.flags & FLAG_OVERRUN != 0).count(),
+        4
+    );
+    assert_eq!(recs[7].flags, FLAG_FALLBACK);
+    assert_eq!(recs[13].cycle, 14);
+    assert_eq!(recs[13].flags & FLAG_SKIPPED, FLAG_SKIPPED);
+    let s = r.summary().unwrap();
+    assert_eq!(s.head, 19);
+    assert_eq!(s.cycles.cycles, 19);
+    assert_eq!(s.cycles.misses, 4);
+    assert_eq!(s.cycles.skipped, 1);
+    assert_eq!(s.cycles.max_duration_ns, BUDGET + 1);
+    assert_eq!(s.events.fallbacks, 1);
+    assert_eq!(s.events.interventions, 1);
+    assert_eq!(s.events.safe_stops, 1);
+    let m = r.model_version().unwrap().unwrap();
+    assert_eq!((m.id_hash, m.version()), (0xabcdef, "planner-2.4.0"));
+    let a = r.autonomy().unwrap();
+    assert_eq!(a.mode, AutonomyMode::Manual);
+    assert_eq!(
+        a.total_ns(AutonomyMode::Autonomous, t0 + 9_000_000),
+        5_000_000
+    );
+    assert_eq!(r.liveness(monotonic_ns()).unwrap(), Liveness::Alive);
+}
+
+#[test]
+fn a_reader_opened_late_starts_at_the_oldest_record_still_in_the_ring() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(8)).unwrap();
+    for i in 0..20 {
+        w.record(&cycle(i, 1));
+    }
+    let mut r = ProbeReader::open(&path).unwrap();
+    let recs = drain(&mut r);
+    assert_eq!(
+        recs.iter().map(|r| r.cycle).collect::<Vec<_>>(),
+        (12..20).collect::<Vec<_>>()
+    );
+    assert_eq!(r.totals().lost, 0);
+    for i in 20..40 {
+        w.record(&cycle(i, 1));
+    }
+    let recs = drain(&mut r);
+    assert_eq!(recs.len(), 8);
+    assert_eq!(r.totals().lost, 12);
+}
+
+#[test]
+fn a_live_producer_cannot_be_replaced() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let _w = ProbeWriter::create(&path, &config(8)).unwrap();
+    let err = ProbeWriter::create(&path, &config(8)).unwrap_err();
+    match err {
+        loop_probe::CreateError::AlreadyRunning { pid, .. } => assert_eq!(pid, std::process::id()),
+        other => panic!("expected AlreadyRunning, got {other}"),
+    }
+}
+
+#[test]
+fn a_dropped_writer_is_seen_dead_and_its_records_stay_readable() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(8)).unwrap();
+    let r0 = ProbeReader::open(&path).unwrap();
+    assert_eq!(r0.liveness(monotonic_ns()).unwrap(), Liveness::Alive);
+    for i in 0..5 {
+        w.record(&cycle(i, 1));
+    }
+    drop(w);
+    let mut r = ProbeReader::open(&path).unwrap();
+    assert_eq!(r.liveness(monotonic_ns()).unwrap(), Liveness::Dead);
+    assert_eq!(r0.liveness(monotonic_ns()).unwrap(), Liveness::Dead);
+    assert_eq!(drain(&mut r).len(), 5);
+    assert_eq!(r.summary().unwrap().cycles.cycles, 5);
+}
+
+#[test]
+fn a_new_producer_is_seen_as_a_restart_and_reopen_follows_it() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w1 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w1.record(&cycle(0, 1));
+    let mut r = ProbeReader::open(&path).unwrap();
+    let old_epoch = r.info().epoch;
+    assert_eq!(drain(&mut r).len(), 1);
+    drop(w1);
+    let mut w2 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w2.record(&cycle(100, 1));
+    w2.record(&cycle(101, 1));
+    assert_eq!(
+        r.liveness(monotonic_ns()).unwrap(),
+        Liveness::Restarted(RestartReason::NewInode)
+    );
+    r.reopen().unwrap();
+    assert_ne!(r.info().epoch, old_epoch);
+    assert_eq!(w2.handle().epoch(), r.info().epoch);
+    let cycles: Vec<u64> = drain(&mut r).iter().map(|r| r.cycle).collect();
+    assert_eq!(cycles, vec![100, 101]);
+    assert_eq!(r.liveness(monotonic_ns()).unwrap(), Liveness::Alive);
+}
+
+#[test]
+fn a_heartbeat_older_than_three_periods_is_a_stall() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(8)).unwrap();
+    let c = cycle(0, 1000);
+    w.record(&c);
+    let r = ProbeReader::open(&path).unwrap();
+    let hb = c.start_ns + c.duration_ns;
+    assert_eq!(r.summary().unwrap().heartbeat_ns, hb);
+    assert_eq!(r.liveness(hb + 3 * PERIOD).unwrap(), Liveness::Alive);
+    assert_eq!(
+        r.liveness(hb + 3 * PERIOD + 1).unwrap(),
+        Liveness::Stalled {
+            heartbeat_age_ns: 3 * PERIOD + 1
+        }
+    );
+    // A clock behind the heartbeat is not a stall.
+    assert_eq!(r.liveness(hb - 1).unwrap(), Liveness::Alive);
+}
+
+#[test]
+fn setters_on_other_threads_do_not_disturb_recording() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(1024)).unwrap();
+    let h = w.handle().clone();
+    let t = std::thread::spawn(move || {
+        let mut busy = 0u32;
+        for i in 0..500u64 {
+            let mode = if i % 2 == 0 {
+                AutonomyMode::Autonomous
+            } else {
+                AutonomyMode::Teleoperated
+            };
+            busy += u32::from(h.set_autonomy(mode, monotonic_ns()).is_err());
+            h.count_intervention();
+        }
+        busy
+    });
+    for i in 0..1000 {
+        w.record(&cycle(i, 1));
+    }
+    let busy = t.join().unwrap();
+    assert_eq!(busy, 0, "a single setter thread never collides with itself");
+    let mut r = ProbeReader::open(&path).unwrap();
+    assert_eq!(drain(&mut r).len(), 1000);
+    let s = r.summary().unwrap();
+    assert_eq!(s.cycles.cycles, 1000);
+    assert_eq!(s.events.interventions, 500);
+    let a = r.autonomy().unwrap();
+    assert_eq!(a.mode, AutonomyMode::Teleoperated);
+    // Every nanosecond from start to the last switch is credited to exactly one mode.
+    assert_eq!(
+        a.ns_in_mode.iter().sum::<u64>(),
+        a.since_ns - r.info().start_ns
+    );
+}

@@ -1,0 +1,15 @@
+//! The agent's samplers: what turns probes, sensors and manifests into events.
+//!
+//! Layout:
+//! - [`sink`]: where samplers put events ([`EventSink`]) and the time they are given ([`Now`]).
+//!
+//! Invariants:
+//! - Samplers are pure logic over their sources: they read no clock (time comes in as [`Now`]),
+//!   and the I/O they need (a probe mapping, a sysfs file, a child's output) is behind a small
+//!   source type the agent's shell drives.
+//! - In steady state a sampler does not allocate: events are built in reused structures and
+//!   handed to the sink by reference.
+
+pub mod sink;
+
+pub use sink::{CollectingSink, EventSink, Now};

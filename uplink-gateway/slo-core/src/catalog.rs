@@ -1,0 +1,828 @@
+//! The SLO catalog: what is promised, measured from which counters, alerted on which burn-rate
+//! windows, and what the error-budget policy answers. A raw form mirrors the TOML
+//! ([`CatalogConfig`], embedded by the gateway in its own config file), and
+//! [`CatalogConfig::validate`] turns it into the [`Catalog`] the rest of the crate uses.
+//!
+//! Invariants:
+//! - A [`Catalog`] holds only checked values: objectives strictly between 0 and 100 %, windows
+//!   shorter than every period, unique names that are safe as Prometheus label values.
+//! - Every [`ConfigError`] names the offending key, relative to the catalog's own table.
+//! - The defaults are the field's starting points (see `docs/slo-catalog.md`).
+
+use crate::calendar::{format_duration, parse_duration};
+use crate::metric;
+use crate::series::Series;
+use serde::{Deserialize, Serialize};
+
+/// How far before a window's start a sample may serve as its base: agents sample every 10–15 s,
+/// so ten minutes bridges short gaps without reaching into an earlier run of the counter.
+pub const DEFAULT_BASE_LOOKBACK: &str = "10m";
+/// The SLO period: the SRE workbook's windows and burn factors assume 30 days.
+pub const DEFAULT_PERIOD: &str = "30d";
+/// Label values of `component` that `edge_thermal_throttle_seconds_total` carries.
+pub const THROTTLE_COMPONENTS: [&str; 3] = ["cpu", "gpu", "soc"];
+/// Placeholders a policy action may use.
+pub const ACTION_PLACEHOLDERS: [&str; 5] =
+    ["slo", "machine_class", "site", "model", "model_version"];
+
+/// A bad catalog or price-book value; [`ConfigError::key`] names it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A number lies outside its allowed range.
+    #[error("{key}: {value} is out of range ({expected})")]
+    OutOfRange {
+        /// Offending key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+    /// A duration is not a single-unit Prometheus duration such as `5m`, `1h` or `30d`.
+    #[error("{key}: `{value}` is not a duration like 5m, 1h or 30d")]
+    BadDuration {
+        /// Offending key.
+        key: String,
+        /// The text given.
+        value: String,
+    },
+    /// A timestamp is not RFC 3339 UTC, or not at a UTC midnight where one is required.
+    #[error("{key}: `{value}` is not an RFC 3339 UTC timestamp at 00:00:00Z")]
+    BadTimestamp {
+        /// Offending key.
+        key: String,
+        /// The text given.
+        value: String,
+    },
+    /// A name or label value has characters outside its allowed set, or is empty.
+    #[error("{key}: `{value}` is not allowed ({expected})")]
+    BadName {
+        /// Offending key.
+        key: String,
+        /// The text given.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+    /// Two entries that must differ are the same.
+    #[error("{key}: `{value}` appears twice")]
+    Duplicate {
+        /// Offending key.
+        key: String,
+        /// The repeated value.
+        value: String,
+    },
+    /// A list that must not be empty is empty.
+    #[error("{key}: must not be empty")]
+    Empty {
+        /// Offending key.
+        key: String,
+    },
+    /// A key needed by another key's value is missing, or one is present where not allowed.
+    #[error("{key}: {problem}")]
+    Inconsistent {
+        /// Offending key.
+        key: String,
+        /// What does not fit.
+        problem: &'static str,
+    },
+}
+
+impl ConfigError {
+    /// The offending key, e.g. `slos[0].objective_percent`.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::OutOfRange { key, .. }
+            | Self::BadDuration { key, .. }
+            | Self::BadTimestamp { key, .. }
+            | Self::BadName { key, .. }
+            | Self::Duplicate { key, .. }
+            | Self::Empty { key }
+            | Self::Inconsistent { key, .. } => key,
+        }
+    }
+}
+
+/// The catalog as written in TOML. Missing keys take [`CatalogConfig::default`]'s values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// See [`DEFAULT_BASE_LOOKBACK`] and the increase rule in [`crate::series`].
+    pub base_lookback: String,
+    /// The SLOs; evaluated and rendered in this order.
+    pub slos: Vec<SloConfig>,
+    /// Multi-window burn-rate alerts, shared by every SLO.
+    pub alert_windows: Vec<AlertWindowConfig>,
+    /// Error-budget policy rules; every matching rule's action applies.
+    pub policy: Vec<PolicyRuleConfig>,
+}
+
+/// One SLO as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloConfig {
+    /// Identifier: lowercase letters, digits, `-` and `_`; becomes the `slo` label.
+    pub name: String,
+    /// One line for humans (rule annotations, reports).
+    #[serde(default)]
+    pub description: String,
+    /// Target share of good events, in percent (e.g. 99.99).
+    pub objective_percent: f64,
+    /// Rolling compliance period over event time (default [`DEFAULT_PERIOD`]).
+    #[serde(default = "default_period")]
+    pub period: String,
+    /// Which counters measure it.
+    pub sli: SliConfig,
+}
+
+fn default_period() -> String {
+    DEFAULT_PERIOD.to_owned()
+}
+
+/// Which counters an SLO is computed from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SliConfig {
+    /// good = cycles − deadline misses of the named loops.
+    ControlDeadline(LoopsSli),
+    /// good = safety events that reached the gateway within the freshness limit of the
+    /// machine's reconnect, out of all safety events received.
+    Freshness(FreshnessSli),
+    /// bad = throttled seconds of the named components, out of all machine seconds (every mode).
+    ThrottledTime(ThrottleSli),
+}
+
+/// Loops selected by name (`loop` label).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopsSli {
+    /// Exact `loop` label values.
+    pub loops: Vec<String>,
+}
+
+/// The freshness SLI has no parameters: the gateway applies the freshness limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FreshnessSli {}
+
+/// Components whose throttled seconds count as bad.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleSli {
+    /// Values of the `component` label (`cpu`, `gpu`, `soc`). With several, a second in which two
+    /// components throttle counts twice.
+    pub components: Vec<String>,
+}
+
+/// Page or ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Someone acts now.
+    Page,
+    /// Someone acts this week.
+    Ticket,
+}
+
+impl Severity {
+    /// `page` or `ticket`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Page => "page",
+            Self::Ticket => "ticket",
+        }
+    }
+}
+
+/// One multi-window burn-rate alert as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertWindowConfig {
+    /// Long window, e.g. `1h`.
+    pub long: String,
+    /// Short window, e.g. `5m`; confirms the burn is still going on.
+    pub short: String,
+    /// Share of the period's budget that burning through the long window would spend, percent.
+    pub budget_percent: f64,
+    /// Page or ticket.
+    pub severity: Severity,
+}
+
+/// When a policy rule applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyWhen {
+    /// Budget remaining ≤ 0 over the period.
+    BudgetExhausted,
+    /// Budget remaining below `percent`.
+    BudgetBelow,
+    /// A page alert is firing.
+    PageAlertFiring,
+    /// A ticket alert is firing.
+    TicketAlertFiring,
+}
+
+/// One error-budget policy rule as written in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRuleConfig {
+    /// The condition.
+    pub when: PolicyWhen,
+    /// Threshold for `budget_below`, percent of the budget; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// What to do; may use `{slo}`, `{machine_class}`, `{site}`, `{model}`, `{model_version}`.
+    pub action: String,
+}
+
+impl Default for CatalogConfig {
+    /// The field's starting points: safety-relevant AI control 99.99 %, assistive 99.9 %, safety
+    /// event freshness 95 %, GPU throttled time at most 1 % of machine time; the SRE workbook's
+    /// windows; freeze on an exhausted budget, halt on a page.
+    fn default() -> Self {
+        let slo =
+            |name: &str, description: &str, objective_percent: f64, sli: SliConfig| SloConfig {
+                name: name.to_owned(),
+                description: description.to_owned(),
+                objective_percent,
+                period: default_period(),
+                sli,
+            };
+        let window =
+            |long: &str, short: &str, budget_percent: f64, severity: Severity| AlertWindowConfig {
+                long: long.to_owned(),
+                short: short.to_owned(),
+                budget_percent,
+                severity,
+            };
+        Self {
+            base_lookback: DEFAULT_BASE_LOOKBACK.to_owned(),
+            slos: vec![
+                slo(
+                    "safety-control",
+                    "Safety-relevant on-machine AI function: control steps within their deadline",
+                    99.99,
+                    SliConfig::ControlDeadline(LoopsSli {
+                        loops: vec!["safety".to_owned()],
+                    }),
+                ),
+                slo(
+                    "assistive-control",
+                    "Assistive on-machine AI function: control steps within their deadline",
+                    99.9,
+                    SliConfig::ControlDeadline(LoopsSli {
+                        loops: vec!["assistive".to_owned()],
+                    }),
+                ),
+                slo(
+                    "safety-event-freshness",
+                    "Safety events at the gateway within the freshness limit of the machine's reconnect",
+                    95.0,
+                    SliConfig::Freshness(FreshnessSli {}),
+                ),
+                slo(
+                    "gpu-throttled-time",
+                    "Machine time during which the GPU was not thermally throttled",
+                    99.0,
+                    SliConfig::ThrottledTime(ThrottleSli {
+                        components: vec!["gpu".to_owned()],
+                    }),
+                ),
+            ],
+            alert_windows: vec![
+                window("1h", "5m", 2.0, Severity::Page),
+                window("6h", "30m", 5.0, Severity::Page),
+                window("3d", "6h", 10.0, Severity::Ticket),
+            ],
+            policy: vec![
+                PolicyRuleConfig {
+                    when: PolicyWhen::PageAlertFiring,
+                    percent: None,
+                    action: "halt rollout of {model} {model_version} to {machine_class} at {site}"
+                        .to_owned(),
+                },
+                PolicyRuleConfig {
+                    when: PolicyWhen::BudgetExhausted,
+                    percent: None,
+                    action: "freeze rollouts of {model} {model_version} to class {machine_class}"
+                        .to_owned(),
+                },
+            ],
+        }
+    }
+}
+
+/// A validated catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalog {
+    /// Base lookback of the increase rule, ms.
+    pub lookback_ms: i64,
+    /// The SLOs, in configured order.
+    pub slos: Vec<Slo>,
+    /// Burn-rate alert windows, in configured order.
+    pub alert_windows: Vec<AlertWindow>,
+    /// Policy rules, in configured order.
+    pub policy: Vec<PolicyRule>,
+}
+
+/// A validated SLO.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slo {
+    /// Identifier, also the `slo` label value.
+    pub name: String,
+    /// One line for humans.
+    pub description: String,
+    /// Target share of good events, as a ratio (0.9999).
+    pub objective: f64,
+    /// Objective as configured, percent, for display and rules (`99.99`).
+    pub objective_percent: f64,
+    /// Rolling compliance period, ms.
+    pub period_ms: i64,
+    /// What is counted.
+    pub sli: Sli,
+}
+
+impl Slo {
+    /// The error budget as a ratio of events: `1 − objective`.
+    pub fn budget(&self) -> f64 {
+        // 100 − 99.99 is 0.010000000000005116 in binary; rounding to 1e-12 of a ratio gives the
+        // 1e-4 that was meant, so hand-computed burn rates and rule thresholds match exactly.
+        ((100.0 - self.objective_percent) * 1e10).round() / 1e12
+    }
+}
+
+/// A validated SLI.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sli {
+    /// good = cycles − misses of these loops.
+    ControlDeadline {
+        /// `loop` label values.
+        loops: Vec<String>,
+    },
+    /// good = fresh safety events, total = received safety events.
+    Freshness,
+    /// bad = throttled seconds of these components, total = machine seconds in every mode.
+    ThrottledTime {
+        /// `component` label values.
+        components: Vec<String>,
+    },
+}
+
+/// A metric with an optional set-membership matcher on one label.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Selector {
+    pub metric: &'static str,
+    pub matcher: Option<(&'static str, Vec<String>)>,
+}
+
+impl Selector {
+    fn all(metric: &'static str) -> Self {
+        Self {
+            metric,
+            matcher: None,
+        }
+    }
+
+    fn one_of(metric: &'static str, label: &'static str, values: &[String]) -> Self {
+        Self {
+            metric,
+            matcher: Some((label, values.to_vec())),
+        }
+    }
+
+    pub fn matches(&self, series: &Series) -> bool {
+        series.metric() == self.metric
+            && self
+                .matcher
+                .as_ref()
+                .is_none_or(|(label, values)| values.iter().any(|v| v == series.label(label)))
+    }
+}
+
+/// How the bad events of an SLI are counted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Bad {
+    /// A counter of bad events.
+    Counter(Selector),
+    /// Total minus a counter of good events.
+    TotalMinusGood(Selector),
+}
+
+impl Sli {
+    /// The counter of all events.
+    pub(crate) fn total(&self) -> Selector {
+        match self {
+            Self::ControlDeadline { loops } => {
+                Selector::one_of(metric::CONTROL_CYCLES, "loop", loops)
+            }
+            Self::Freshness => Selector::all(metric::SAFETY_EVENTS_RECEIVED),
+            Self::ThrottledTime { .. } => Selector::all(metric::AUTONOMY_SECONDS),
+        }
+    }
+
+    /// How bad events are counted.
+    pub(crate) fn bad(&self) -> Bad {
+        match self {
+            Self::ControlDeadline { loops } => {
+                Bad::Counter(Selector::one_of(metric::CONTROL_MISSED, "loop", loops))
+            }
+            Self::Freshness => Bad::TotalMinusGood(Selector::all(metric::SAFETY_EVENTS_FRESH)),
+            Self::ThrottledTime { components } => Bad::Counter(Selector::one_of(
+                metric::THROTTLE_SECONDS,
+                "component",
+                components,
+            )),
+        }
+    }
+
+    /// Every metric the SLI reads.
+    pub(crate) fn metrics(&self) -> [&'static str; 2] {
+        let bad = match self.bad() {
+            Bad::Counter(s) | Bad::TotalMinusGood(s) => s.metric,
+        };
+        [self.total().metric, bad]
+    }
+}
+
+/// A validated multi-window burn-rate alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertWindow {
+    /// Long window, ms.
+    pub long_ms: i64,
+    /// Short window, ms.
+    pub short_ms: i64,
+    /// Share of the period's budget spent when burning at the threshold for `long_ms`, percent.
+    pub budget_percent: f64,
+    /// Page or ticket.
+    pub severity: Severity,
+}
+
+impl AlertWindow {
+    /// Burn-rate threshold for an SLO period: `budget% × period_h / long_h`
+    /// (30 d: 2 % over 1 h → 14.4; 5 % over 6 h → 6; 10 % over 3 d → 1).
+    pub fn factor(&self, period_ms: i64) -> f64 {
+        self.budget_percent * period_ms as f64 / (100.0 * self.long_ms as f64)
+    }
+
+    /// `1h/5m`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}/{}",
+            format_duration(self.long_ms),
+            format_duration(self.short_ms)
+        )
+    }
+
+    /// The alert's name, shared by reports and generated rules: `SloErrorBudgetBurn1h5m`.
+    pub fn alert_name(&self) -> String {
+        format!(
+            "SloErrorBudgetBurn{}{}",
+            format_duration(self.long_ms),
+            format_duration(self.short_ms)
+        )
+    }
+}
+
+/// A validated policy condition.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PolicyCondition {
+    /// Budget remaining ≤ 0.
+    BudgetExhausted,
+    /// Budget remaining below this ratio (0.25 = 25 %).
+    BudgetBelow(f64),
+    /// An alert of this severity is firing.
+    AlertFiring(Severity),
+}
+
+/// A validated policy rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRule {
+    /// The condition.
+    pub condition: PolicyCondition,
+    /// The action template (placeholders checked).
+    pub action: String,
+}
+
+impl CatalogConfig {
+    /// Checks every value and cross-field rule; the error names the first bad key.
+    pub fn validate(&self) -> Result<Catalog, ConfigError> {
+        let lookback_ms = duration("base_lookback", &self.base_lookback)?;
+        let mut alert_windows = Vec::with_capacity(self.alert_windows.len());
+        for (i, w) in self.alert_windows.iter().enumerate() {
+            let key = format!("alert_windows[{i}]");
+            let long_ms = duration(&format!("{key}.long"), &w.long)?;
+            let short_ms = duration(&format!("{key}.short"), &w.short)?;
+            if short_ms >= long_ms {
+                return Err(ConfigError::Inconsistent {
+                    key: format!("{key}.short"),
+                    problem: "the short window must be shorter than the long one",
+                });
+            }
+            if !(w.budget_percent > 0.0 && w.budget_percent <= 100.0) {
+                return Err(ConfigError::OutOfRange {
+                    key: format!("{key}.budget_percent"),
+                    value: w.budget_percent.to_string(),
+                    expected: "greater than 0 and at most 100",
+                });
+            }
+            let window = AlertWindow {
+                long_ms,
+                short_ms,
+                budget_percent: w.budget_percent,
+                severity: w.severity,
+            };
+            if alert_windows
+                .iter()
+                .any(|o: &AlertWindow| o.alert_name() == window.alert_name())
+            {
+                return Err(ConfigError::Duplicate {
+                    key,
+                    value: window.label(),
+                });
+            }
+            alert_windows.push(window);
+        }
+        let longest_window = alert_windows.iter().map(|w| w.long_ms).max().unwrap_or(0);
+
+        let mut slos: Vec<Slo> = Vec::with_capacity(self.slos.len());
+        for (i, s) in self.slos.iter().enumerate() {
+            let key = format!("slos[{i}]");
+            check_name(&format!("{key}.name"), &s.name)?;
+            if slos.iter().any(|o| o.name == s.name) {
+                return Err(ConfigError::Duplicate {
+                    key: format!("{key}.name"),
+                    value: s.name.clone(),
+                });
+            }
+            if !(s.objective_percent > 0.0 && s.objective_percent < 100.0) {
+                return Err(ConfigError::OutOfRange {
+                    key: format!("{key}.objective_percent"),
+                    value: s.objective_percent.to_string(),
+                    expected: "strictly between 0 and 100",
+                });
+            }
+            let period_ms = duration(&format!("{key}.period"), &s.period)?;
+            if period_ms < longest_window {
+                return Err(ConfigError::Inconsistent {
+                    key: format!("{key}.period"),
+                    problem: "the period must be at least as long as every alert window",
+                });
+            }
+            let sli = match &s.sli {
+                SliConfig::ControlDeadline(l) => {
+                    let key = format!("{key}.sli.loops");
+                    check_values(&key, &l.loops, None)?;
+                    Sli::ControlDeadline {
+                        loops: l.loops.clone(),
+                    }
+                }
+                SliConfig::Freshness(FreshnessSli {}) => Sli::Freshness,
+                SliConfig::ThrottledTime(t) => {
+                    let key = format!("{key}.sli.components");
+                    check_values(&key, &t.components, Some(&THROTTLE_COMPONENTS))?;
+                    Sli::ThrottledTime {
+                        components: t.components.clone(),
+                    }
+                }
+            };
+            slos.push(Slo {
+                name: s.name.clone(),
+                description: s.description.clone(),
+                objective: s.objective_percent / 100.0,
+                objective_percent: s.objective_percent,
+                period_ms,
+                sli,
+            });
+        }
+
+        let mut policy = Vec::with_capacity(self.policy.len());
+        for (i, p) in self.policy.iter().enumerate() {
+            let key = format!("policy[{i}]");
+            let condition = match (p.when, p.percent) {
+                (PolicyWhen::BudgetBelow, Some(percent)) if percent > 0.0 && percent <= 100.0 => {
+                    PolicyCondition::BudgetBelow(percent / 100.0)
+                }
+                (PolicyWhen::BudgetBelow, Some(percent)) => {
+                    return Err(ConfigError::OutOfRange {
+                        key: format!("{key}.percent"),
+                        value: percent.to_string(),
+                        expected: "greater than 0 and at most 100",
+                    });
+                }
+                (PolicyWhen::BudgetBelow, None) => {
+                    return Err(ConfigError::Inconsistent {
+                        key: format!("{key}.percent"),
+                        problem: "`budget_below` needs a percent",
+                    });
+                }
+                (_, Some(_)) => {
+                    return Err(ConfigError::Inconsistent {
+                        key: format!("{key}.percent"),
+                        problem: "only `budget_below` takes a percent",
+                    });
+                }
+                (PolicyWhen::BudgetExhausted, None) => PolicyCondition::BudgetExhausted,
+                (PolicyWhen::PageAlertFiring, None) => PolicyCondition::AlertFiring(Severity::Page),
+                (PolicyWhen::TicketAlertFiring, None) => {
+                    PolicyCondition::AlertFiring(Severity::Ticket)
+                }
+            };
+            check_template(&format!("{key}.action"), &p.action)?;
+            policy.push(PolicyRule {
+                condition,
+                action: p.action.clone(),
+            });
+        }
+
+        Ok(Catalog {
+            lookback_ms,
+            slos,
+            alert_windows,
+            policy,
+        })
+    }
+}
+
+impl Default for Catalog {
+    /// The validated default catalog.
+    fn default() -> Self {
+        match CatalogConfig::default().validate() {
+            Ok(catalog) => catalog,
+            // The defaults are constants checked by a unit test.
+            Err(error) => unreachable!("the default catalog is invalid: {error}"),
+        }
+    }
+}
+
+pub(crate) fn duration(key: &str, text: &str) -> Result<i64, ConfigError> {
+    parse_duration(text).ok_or_else(|| ConfigError::BadDuration {
+        key: key.to_owned(),
+        value: text.to_owned(),
+    })
+}
+
+/// SLO names become label values, rule group names and file-friendly identifiers.
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadName {
+            key: key.to_owned(),
+            value: name.to_owned(),
+            expected: "1 to 64 of a-z, 0-9, '-', '_', starting with a letter or digit",
+        })
+    }
+}
+
+/// Label values to match: non-empty list of non-empty, distinct values, from `allowed` if given.
+fn check_values(key: &str, values: &[String], allowed: Option<&[&str]>) -> Result<(), ConfigError> {
+    if values.is_empty() {
+        return Err(ConfigError::Empty {
+            key: key.to_owned(),
+        });
+    }
+    for (i, v) in values.iter().enumerate() {
+        let bad_char = v.chars().any(char::is_control);
+        if v.is_empty() || bad_char || allowed.is_some_and(|a| !a.contains(&v.as_str())) {
+            return Err(ConfigError::BadName {
+                key: format!("{key}[{i}]"),
+                value: v.clone(),
+                expected: if allowed.is_some() {
+                    "one of cpu, gpu, soc"
+                } else {
+                    "a non-empty label value without control characters"
+                },
+            });
+        }
+        if values[..i].contains(v) {
+            return Err(ConfigError::Duplicate {
+                key: format!("{key}[{i}]"),
+                value: v.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_template(key: &str, template: &str) -> Result<(), ConfigError> {
+    if template.trim().is_empty() {
+        return Err(ConfigError::Empty {
+            key: key.to_owned(),
+        });
+    }
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let name = after.find('}').map(|close| &after[..close]);
+        match name {
+            Some(name) if ACTION_PLACEHOLDERS.contains(&name) => {
+                rest = &after[name.len() + 1..];
+            }
+            _ => {
+                return Err(ConfigError::BadName {
+                    key: key.to_owned(),
+                    value: template.to_owned(),
+                    expected: "placeholders {slo}, {machine_class}, {site}, {model}, {model_version}",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills an action template; a group without a value for a placeholder shows `*`.
+pub(crate) fn fill_template(template: &str, slo: &str, group: &crate::GroupKey) -> String {
+    let or_any = |v: &str| if v.is_empty() { "*" } else { v }.to_owned();
+    template
+        .replace("{slo}", slo)
+        .replace("{machine_class}", &or_any(&group.machine_class))
+        .replace("{site}", &or_any(&group.site))
+        .replace("{model_version}", &or_any(&group.model_version))
+        .replace("{model}", &or_any(&group.model))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_catalog_is_valid_and_has_the_workbook_factors() {
+        let catalog = CatalogConfig::default().validate().unwrap();
+        assert_eq!(catalog.slos.len(), 4);
+        let period = catalog.slos[0].period_ms;
+        let factors: Vec<f64> = catalog
+            .alert_windows
+            .iter()
+            .map(|w| w.factor(period))
+            .collect();
+        // 2 % × 720 h / 1 h = 14.4; 5 % × 720 / 6 = 6; 10 % × 720 / 72 = 1.
+        assert_eq!(factors, vec![14.4, 6.0, 1.0]);
+        assert_eq!(catalog.slos[0].budget(), 1e-4);
+        assert_eq!(
+            catalog.alert_windows[0].alert_name(),
+            "SloErrorBudgetBurn1h5m"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_offending_key() {
+        let mut c = CatalogConfig::default();
+        c.slos[1].objective_percent = 100.0;
+        assert_eq!(c.validate().unwrap_err().key(), "slos[1].objective_percent");
+
+        let mut c = CatalogConfig::default();
+        c.slos[2].period = "30 days".into();
+        assert_eq!(c.validate().unwrap_err().key(), "slos[2].period");
+
+        let mut c = CatalogConfig::default();
+        c.slos[1].name = c.slos[0].name.clone();
+        assert_eq!(c.validate().unwrap_err().key(), "slos[1].name");
+
+        let mut c = CatalogConfig::default();
+        c.slos[3].sli = SliConfig::ThrottledTime(ThrottleSli {
+            components: vec!["gpu".into(), "fan".into()],
+        });
+        assert_eq!(c.validate().unwrap_err().key(), "slos[3].sli.components[1]");
+
+        let mut c = CatalogConfig::default();
+        c.alert_windows[1].short = "6h".into();
+        assert_eq!(c.validate().unwrap_err().key(), "alert_windows[1].short");
+
+        let mut c = CatalogConfig::default();
+        c.slos[0].period = "2d".into();
+        assert_eq!(c.validate().unwrap_err().key(), "slos[0].period");
+
+        let mut c = CatalogConfig::default();
+        c.policy[0].action = "halt {modle}".into();
+        assert_eq!(c.validate().unwrap_err().key(), "policy[0].action");
+
+        let mut c = CatalogConfig::default();
+        c.policy[1].when = PolicyWhen::BudgetBelow;
+        assert_eq!(c.validate().unwrap_err().key(), "policy[1].percent");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_every_level() {
+        for text in [
+            "base_lookbak = \"5m\"",
+            "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"freshness\" }\ntarget = 1",
+            "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"control_deadline\", loops = [\"x\"], loop = \"y\" }",
+            "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"freshness\", limit = \"24h\" }",
+            "[[alert_windows]]\nlong = \"1h\"\nshort = \"5m\"\nbudget_percent = 2.0\nseverity = \"page\"\nfor = \"2m\"",
+        ] {
+            assert!(toml::from_str::<CatalogConfig>(text).is_err(), "{text}");
+        }
+        let parsed: CatalogConfig = toml::from_str(
+            "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"control_deadline\", loops = [\"x\"] }",
+        )
+        .unwrap();
+        assert_eq!(parsed.alert_windows, CatalogConfig::default().alert_windows);
+        assert!(parsed.validate().is_ok());
+    }
+}

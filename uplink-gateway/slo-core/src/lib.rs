@@ -1,0 +1,152 @@
+//! SLO & cost core of the uplink gateway: event-time compliance, error budgets, burn-rate alerts,
+//! the error-budget policy, cost per autonomous machine-hour with FOCUS rows, and the Prometheus
+//! rules for the same catalog. Pure logic: it reads no clock, no file and no network; the gateway
+//! fetches raw samples (embedded store or Prometheus) and prints what this crate returns.
+//!
+//! Layout:
+//! - [`series`]: raw counter samples ([`SeriesSet`]) and the one increase rule every number uses.
+//! - [`catalog`]: the SLO catalog in config ([`CatalogConfig`] → [`Catalog`]), defaults included.
+//! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy;
+//!   [`Evaluation`] does the same one series at a time, for bounded memory at fleet scale.
+//! - [`mod@cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
+//!   (or [`Costing`], one series at a time).
+//! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
+//! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
+//! - [`report`]: plain-text tables of both reports (JSON comes from their `Serialize`).
+//! - `calendar`: UTC days, months, RFC 3339 and Prometheus durations.
+//!
+//! Invariants:
+//! - Every number is computed from raw samples with [`series::increase`], so any source that
+//!   returns the samples named by [`required_series`] / [`cost_required_series`] yields the same
+//!   report.
+//! - Time is event time and always an argument.
+//!
+//! Metric names and labels follow `docs/series.md`.
+
+pub mod catalog;
+pub mod cost;
+pub mod focus;
+pub mod report;
+pub mod rules;
+pub mod series;
+pub mod slo;
+
+mod calendar;
+
+pub use calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
+pub use catalog::{Catalog, CatalogConfig, ConfigError};
+pub use cost::{CostReport, Costing, Period, PriceBook, PriceBookConfig, cost};
+pub use focus::{FocusRow, focus_rows};
+pub use report::{render_cost_text, render_slo_text};
+pub use rules::render_rules;
+pub use series::{Labels, Series, SeriesSet, Window};
+pub use slo::{Evaluation, SloReport, evaluate};
+
+use serde::Serialize;
+
+/// Metric names of `docs/series.md` that this crate reads.
+pub mod metric {
+    /// Control-loop cycles, per `loop`, `model`, `model_version`.
+    pub const CONTROL_CYCLES: &str = "edge_control_cycles_total";
+    /// Control-loop deadline misses, same labels.
+    pub const CONTROL_MISSED: &str = "edge_control_deadline_missed_total";
+    /// Thermally throttled seconds, per `component`, `model`, `model_version`.
+    pub const THROTTLE_SECONDS: &str = "edge_thermal_throttle_seconds_total";
+    /// Machine seconds per `mode` (`autonomous`, `manual`, `teleoperated`, `idle`).
+    pub const AUTONOMY_SECONDS: &str = "edge_autonomy_seconds_total";
+    /// Energy from the power rails, per `rail`, joules.
+    pub const ENERGY_JOULES: &str = "edge_energy_joules_total";
+    /// Safety events accepted by the gateway (gateway arrival time).
+    pub const SAFETY_EVENTS_RECEIVED: &str = "edgewatch_safety_events_received_total";
+    /// Of those, the ones within the freshness limit of the machine's reconnect.
+    pub const SAFETY_EVENTS_FRESH: &str = "edgewatch_safety_events_fresh_total";
+}
+
+/// Labels an SLO is reported by, in this order. A missing label counts as `""`, as in PromQL.
+pub const GROUP_LABELS: [&str; 4] = ["machine_class", "site", "model", "model_version"];
+
+/// One (machine class, site, model, model version) cell.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct GroupKey {
+    /// `machine_class` label.
+    pub machine_class: String,
+    /// `site` label.
+    pub site: String,
+    /// `model` label (empty for gateway series, which carry no model).
+    pub model: String,
+    /// `model_version` label (empty for gateway series).
+    pub model_version: String,
+}
+
+impl GroupKey {
+    pub(crate) fn of(series: &Series) -> Self {
+        Self {
+            machine_class: series.label("machine_class").to_owned(),
+            site: series.label("site").to_owned(),
+            model: series.label("model").to_owned(),
+            model_version: series.label("model_version").to_owned(),
+        }
+    }
+}
+
+/// Raw samples a report needs: every series of `metric` with samples in
+/// `(end_ms − range_ms, end_ms]`, e.g. Prometheus `GET /api/v1/query?query=<metric>[<range>]&time=<end>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeriesNeed {
+    /// Metric name.
+    pub metric: &'static str,
+    /// Length of the range, ms (longest window plus the base lookback).
+    pub range_ms: i64,
+    /// End of the range (evaluation time), Unix ms.
+    pub end_ms: i64,
+}
+
+impl SeriesNeed {
+    /// The PromQL range selector, e.g. `edge_control_cycles_total[30d10m]` written in one unit.
+    pub fn promql(&self) -> String {
+        format!(
+            "{}[{}]",
+            self.metric,
+            calendar::format_duration(self.range_ms)
+        )
+    }
+}
+
+fn merge_need(needs: &mut Vec<SeriesNeed>, metric: &'static str, range_ms: i64, end_ms: i64) {
+    match needs.iter_mut().find(|n| n.metric == metric) {
+        Some(need) => need.range_ms = need.range_ms.max(range_ms),
+        None => needs.push(SeriesNeed {
+            metric,
+            range_ms,
+            end_ms,
+        }),
+    }
+}
+
+/// Which metrics and ranges [`evaluate`] needs at `now_ms`, one entry per metric.
+pub fn required_series(catalog: &Catalog, now_ms: i64) -> Vec<SeriesNeed> {
+    let mut needs = Vec::new();
+    let longest_window = catalog
+        .alert_windows
+        .iter()
+        .map(|w| w.long_ms)
+        .max()
+        .unwrap_or(0);
+    for slo in &catalog.slos {
+        let range = slo.period_ms.max(longest_window) + catalog.lookback_ms;
+        for metric in slo.sli.metrics() {
+            merge_need(&mut needs, metric, range, now_ms);
+        }
+    }
+    needs
+}
+
+/// Which metrics and ranges [`cost()`] needs for `period`, one entry per metric.
+pub fn cost_required_series(book: &PriceBook, period: Period) -> Vec<SeriesNeed> {
+    let range = period.end_ms - period.start_ms + book.lookback_ms;
+    let mut needs = Vec::new();
+    for metric in [metric::AUTONOMY_SECONDS, metric::ENERGY_JOULES] {
+        merge_need(&mut needs, metric, range, period.end_ms);
+    }
+    needs
+}

@@ -1,0 +1,161 @@
+//! The plain-text and JSON forms of the reports the gateway prints.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+use edgewatch_slo::cost::{Period, PriceBookConfig};
+use edgewatch_slo::{
+    Catalog, Labels, MS_PER_DAY, SeriesSet, cost, evaluate, parse_rfc3339, render_cost_text,
+    render_slo_text,
+};
+
+const STEP: i64 = 5 * 60_000;
+
+fn labels(metric: &str, extra: (&str, &str)) -> Labels {
+    [
+        ("__name__", metric),
+        ("machine_id", "m1"),
+        ("machine_class", "haul"),
+        ("site", "pit-a"),
+        ("model", "det"),
+        ("model_version", "1.0"),
+        extra,
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// One hour of the `safety` loop at 7500 cycles and 15 misses per 5 min (15 / 7500 = 0.2 % →
+/// burn 0.002 / 0.0001 = 20 at 99.99 %), one hour autonomous, 3.6e6 J.
+fn data(t0: i64) -> SeriesSet {
+    let mut set = SeriesSet::new();
+    let steps = 0..=12i64;
+    set.add(
+        labels("edge_control_cycles_total", ("loop", "safety")),
+        steps.clone().map(|k| (t0 + k * STEP, (7500 * k) as f64)),
+    );
+    set.add(
+        labels("edge_control_deadline_missed_total", ("loop", "safety")),
+        steps.clone().map(|k| (t0 + k * STEP, (15 * k) as f64)),
+    );
+    set.add(
+        labels("edge_autonomy_seconds_total", ("mode", "autonomous")),
+        steps.clone().map(|k| (t0 + k * STEP, (300 * k) as f64)),
+    );
+    set.add(
+        labels("edge_energy_joules_total", ("rail", "gpu")),
+        steps.map(|k| (t0 + k * STEP, (300_000 * k) as f64)),
+    );
+    set
+}
+
+#[test]
+fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
+    let t0 = parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+    let report = evaluate(&Catalog::default(), &data(t0), t0 + 12 * STEP);
+    let text = render_slo_text(&report);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "SLOs at 2026-11-10T01:00:00Z (event time)");
+    for header in [
+        "SLO",
+        "CLASS",
+        "SITE",
+        "MODEL",
+        "VERSION",
+        "TARGET",
+        "COMPLIANCE",
+        "BUDGET LEFT",
+        "BURN 1h/5m (14.4x)",
+        "BURN 6h/30m (6x)",
+        "BURN 3d/6h (1x)",
+        "ALERTS",
+        "POLICY",
+    ] {
+        assert!(
+            lines[1].contains(header),
+            "{header} missing in {}",
+            lines[1]
+        );
+    }
+    // Only the safety loop and the throttle SLO (autonomy seconds, no throttle) have series.
+    let safety = lines
+        .iter()
+        .find(|l| l.starts_with("safety-control"))
+        .unwrap();
+    // 15 / 7500 = 0.2 % bad → compliance 99.8000 %, budget 1 − 20 = −1900.0 %, burn 20.00.
+    for cell in [
+        "haul",
+        "pit-a",
+        "det",
+        "1.0",
+        "99.99%",
+        "30d",
+        "99.8000%",
+        "-1900.0%",
+        "20.00/20.00",
+        "page 1h/5m, page 6h/30m, ticket 3d/6h",
+        "halt rollout of det 1.0 to haul at pit-a; freeze rollouts of det 1.0 to class haul",
+    ] {
+        assert!(safety.contains(cell), "{cell} missing in {safety}");
+    }
+    let throttle = lines
+        .iter()
+        .find(|l| l.starts_with("gpu-throttled-time"))
+        .unwrap();
+    // No throttle series: nothing bad, as the rules' `or 0 * total` makes it.
+    assert!(
+        throttle.contains("100.0000%") && throttle.contains("0.00/0.00"),
+        "{throttle}"
+    );
+    assert!(
+        throttle.ends_with(" ok") && !throttle.contains("page"),
+        "{throttle}"
+    );
+    assert_eq!(lines.len(), 4, "{text}");
+    // Columns line up: every row is as wide as its content needs, the header included.
+    let policy_col = lines[1].find("POLICY").unwrap();
+    assert!(lines[2..].iter().all(|l| l.len() > policy_col));
+
+    let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+    let row = &json["rows"][0];
+    assert_eq!(row["slo"], "safety-control");
+    assert_eq!(row["machine_class"], "haul");
+    assert_eq!(row["burn_rates"][0]["window"], "1h/5m");
+    assert_eq!(row["burn_rates"][0]["firing"], true);
+    assert_eq!(row["alerts_firing"][0], "SloErrorBudgetBurn1h5m");
+    let throttle_row = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["slo"] == "gpu-throttled-time")
+        .unwrap();
+    assert_eq!(throttle_row["compliance"], 1.0);
+    assert!(throttle_row["burn_rates"][0]["short"].is_number());
+}
+
+#[test]
+fn the_cost_table_shows_each_component_and_the_cost_per_autonomous_hour() {
+    let t0 = parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+    let book = toml::from_str::<PriceBookConfig>(
+        "currency = \"USD\"\n[machine_classes.haul]\npurchase_price = 3000.0\nlifetime_hours = 30000.0\n\
+         [sites.pit-a]\nenergy_price_per_kwh = 0.5\n",
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+    let report = cost(
+        &book,
+        &data(t0),
+        Period::utc_days(t0, t0 + MS_PER_DAY).unwrap(),
+    );
+    let text = render_cost_text(&report);
+    // 1 machine hour × 0.1 = 0.10; 3.6e6 J = 1 kWh × 0.5 = 0.50; total 0.60 over 1 h.
+    let expected_row = "m1               1.00          0.10    0.50             0.00      0.00   0.60              0.60";
+    assert!(text.contains(expected_row), "{text}");
+    assert!(text.starts_with("Cost from 2026-11-10T00:00:00Z to 2026-11-11T00:00:00Z (USD)\n"));
+    for header in ["MACHINE", "SITE", "MODEL VERSION", "PER AUTONOMOUS H"] {
+        assert!(text.contains(header), "{header}");
+    }
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["total"]["cost_per_autonomous_hour"], 0.6);
+    assert_eq!(json["lines"][0]["machine_id"], "m1");
+}
