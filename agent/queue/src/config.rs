@@ -243,7 +243,8 @@ mod tests {
     fn a_budget_too_small_for_a_record_is_refused() {
         let mut config = QueueConfig::new("/tmp/q");
         config.budget_bytes = MIN_BUDGET_BYTES;
-        config.max_pending_bytes = MIN_BUDGET_BYTES;
+        config.max_record_bytes = 64 * 1024;
+        config.max_pending_bytes = 128 * 1024;
         assert_eq!(config.validate().unwrap_err().key, "budget_bytes");
     }
 }
