@@ -12,7 +12,7 @@
 //! - The queue reads no clock and spawns nothing: every time is an argument.
 
 use std::ops::RangeInclusive;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,7 +23,7 @@ use crate::config::{PENDING_CAPACITY, QueueConfig, ValidConfig};
 use crate::error::{AppendError, FlushError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
-use crate::store::{LOSS_CAUSES, Persisted, Removed, Store, StoreError, StoreTx};
+use crate::store::{LOSS_CAUSES, Persisted, Removed, Store, StoreError, StoreTx, contain_panic};
 use crate::tiers::{self, PerTier, TIERS};
 use crate::window::{self, RateEstimator, WindowAlarm};
 
@@ -272,16 +272,16 @@ impl Queue {
             rename(&fresh, &path)?;
         }
         let cache = config.get().cache_bytes;
-        let attempt = catch_unwind(AssertUnwindSafe(|| {
+        let attempt = contain_panic(AssertUnwindSafe(|| {
             let store = Store::open(&path, cache)?;
             let state = store.load()?;
-            Ok::<_, StoreError>((store, state))
+            Ok((store, state))
         }));
         let mut created = false;
         let mut quarantined = None;
         let (store, state) = match attempt {
-            Ok(Ok((store, Some(state)))) => (store, state),
-            Ok(Ok((store, None))) => {
+            Ok((store, Some(state))) => (store, state),
+            Ok((store, None)) => {
                 created = true;
                 let state = Persisted::fresh(new_epoch(now));
                 store
@@ -289,7 +289,7 @@ impl Queue {
                     .map_err(|error| unavailable(&path, &error))?;
                 (store, state)
             }
-            Ok(Err(StoreError::Corrupt(reason))) => {
+            Err(StoreError::Corrupt(reason)) => {
                 let (store, state, moved) = quarantine(&config, &path, &reason, now)?;
                 created = true;
                 quarantined = Some(Quarantined {
@@ -298,18 +298,8 @@ impl Queue {
                 });
                 (store, state)
             }
-            Err(panic) => {
-                let reason = format!("panicked while opening: {}", panic_message(&panic));
-                let (store, state, moved) = quarantine(&config, &path, &reason, now)?;
-                created = true;
-                quarantined = Some(Quarantined {
-                    moved_to: moved,
-                    reason,
-                });
-                (store, state)
-            }
-            Ok(Err(StoreError::Locked)) => return Err(QueueError::AlreadyOpen(path)),
-            Ok(Err(error)) => return Err(unavailable(&path, &error)),
+            Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
+            Err(error) => return Err(unavailable(&path, &error)),
         };
         if let Some(q) = &quarantined {
             tracing::warn!(reason = %q.reason, moved_to = %q.moved_to.display(),
@@ -853,13 +843,13 @@ impl Queue {
         self.last_retry = Some(now);
         let cache = self.config.get().cache_bytes;
         let path = self.path.clone();
-        let attempt = catch_unwind(AssertUnwindSafe(|| {
+        let attempt = contain_panic(AssertUnwindSafe(|| {
             let store = Store::open(&path, cache)?;
             let state = store.load()?;
-            Ok::<_, StoreError>((store, state))
+            Ok((store, state))
         }));
         match attempt {
-            Ok(Ok((store, Some(state)))) => {
+            Ok((store, Some(state))) => {
                 self.store = Some(StoreSlot(store));
                 self.state = state;
                 for ix in 0..3 {
@@ -871,16 +861,9 @@ impl Queue {
                 self.refresh_oldest();
                 Ok(())
             }
-            Ok(Ok((_, None))) => {
-                self.store_problem = Some(StoreError::Corrupt("the store lost its state".into()));
-                self.quarantine_now("the store lost its state", now)
-            }
-            Ok(Err(StoreError::Corrupt(reason))) => self.quarantine_now(&reason, now),
-            Err(panic) => {
-                let reason = format!("panicked while reopening: {}", panic_message(&panic));
-                self.quarantine_now(&reason, now)
-            }
-            Ok(Err(error)) => {
+            Ok((_, None)) => self.quarantine_now("the store lost its state", now),
+            Err(StoreError::Corrupt(reason)) => self.quarantine_now(&reason, now),
+            Err(error) => {
                 let reason = error.to_string();
                 self.store_problem = Some(error);
                 Err(not_yet(reason))
@@ -1215,14 +1198,6 @@ fn unavailable(path: &Path, error: &StoreError) -> QueueError {
         path: path.to_owned(),
         reason: error.to_string(),
     }
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
 /// A random, non-zero epoch: std's per-process random hash keys mixed with the time.

@@ -9,6 +9,7 @@
 //!   written in the same transaction as the records it describes.
 //! - redb errors are classified once, here: corruption, a full disk, other I/O, a held lock.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 use redb::{
@@ -224,8 +225,19 @@ impl Store {
     }
 
     /// Visits the records of tier `ix` with `from <= seq < to`, in order, until `visit` returns
-    /// false.
+    /// false. A panic inside the store (a damaged page it did not detect) is reported as
+    /// corruption, never propagated.
     pub fn read(
+        &self,
+        ix: usize,
+        from: u64,
+        to: u64,
+        visit: impl FnMut(u64, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        contain_panic(AssertUnwindSafe(|| self.read_inner(ix, from, to, visit)))
+    }
+
+    fn read_inner(
         &self,
         ix: usize,
         from: u64,
@@ -248,8 +260,15 @@ impl Store {
     }
 
     /// Runs `work` in one write transaction and commits it durably. Nothing of it persists if
-    /// `work` or the commit fails.
+    /// `work` or the commit fails. A panic inside the store is reported as corruption.
     pub fn write<R>(
+        &self,
+        work: impl FnOnce(&StoreTx<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        contain_panic(AssertUnwindSafe(|| self.write_inner(work)))
+    }
+
+    fn write_inner<R>(
         &self,
         work: impl FnOnce(&StoreTx<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
@@ -272,6 +291,24 @@ impl Store {
     /// Rewrites the file without its free pages; true if it shrank.
     pub fn compact(&mut self) -> Result<bool, StoreError> {
         Ok(self.db.compact()?)
+    }
+}
+
+/// Runs `f`, turning a panic into `StoreError::Corrupt`: redb panics only on a file it cannot
+/// make sense of, and the queue answers corruption by quarantine, never by a crash loop.
+pub fn contain_panic<R>(
+    f: AssertUnwindSafe<impl FnOnce() -> Result<R, StoreError>>,
+) -> Result<R, StoreError> {
+    match catch_unwind(f) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            Err(StoreError::Corrupt(format!("store panicked: {message}")))
+        }
     }
 }
 

@@ -83,3 +83,18 @@ pub fn read_everything(queue: &mut Queue) -> BTreeMap<(Tier, u64), Event> {
     queue.requeue_unacked();
     all
 }
+
+pub mod ledger;
+pub mod system;
+pub mod child;
+
+/// The configuration `queue-workload` uses, for opening its queue in the test process.
+pub fn roomy_config_with_budget(dir: &Path, budget: u64) -> QueueConfig {
+    let mut config = QueueConfig::new(dir);
+    config.budget_bytes = budget;
+    config.cache_bytes = 4 * 1024 * 1024;
+    config.max_record_bytes = 4096;
+    config.max_pending_bytes = (budget / 8).max(64 * 1024);
+    config.offline_window_threshold = None;
+    config
+}
