@@ -47,6 +47,9 @@ pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// How often a store that failed (disk full, I/O error) is reopened and retried.
 pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Verify every page at open: damage outside redb is found before it can hide records.
+pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
+
 /// Capacity of the in-memory index of appends not yet flushed (records, fixed in the type).
 pub const PENDING_CAPACITY: usize = 4096;
 /// Smallest budget accepted: room for the loss reports an eviction itself appends.
@@ -84,6 +87,9 @@ pub struct QueueConfig {
     pub status_interval: Duration,
     /// Interval between attempts to reopen a failed store.
     pub store_retry_interval: Duration,
+    /// Verify the checksum of every page when opening (reads the whole file once per start); a
+    /// store that fails is salvaged into a new epoch and quarantined.
+    pub verify_on_open: bool,
 }
 
 impl QueueConfig {
@@ -108,6 +114,7 @@ impl QueueConfig {
             rate_time_constant: DEFAULT_RATE_TIME_CONSTANT,
             status_interval: DEFAULT_STATUS_INTERVAL,
             store_retry_interval: DEFAULT_STORE_RETRY_INTERVAL,
+            verify_on_open: DEFAULT_VERIFY_ON_OPEN,
         }
     }
 
@@ -141,7 +148,8 @@ impl QueueConfig {
                 return bad(key, "must be at least one second");
             }
         }
-        if self.safety_flush_interval.is_zero() || self.safety_flush_interval > self.bulk_flush_interval
+        if self.safety_flush_interval.is_zero()
+            || self.safety_flush_interval > self.bulk_flush_interval
         {
             return bad(
                 "safety_flush_interval",
@@ -155,7 +163,10 @@ impl QueueConfig {
             return bad("max_record_bytes", "must be between 64 B and 4 MiB");
         }
         if self.max_pending_bytes < u64::from(self.max_record_bytes) * 2 {
-            return bad("max_pending_bytes", "must hold at least two largest records");
+            return bad(
+                "max_pending_bytes",
+                "must hold at least two largest records",
+            );
         }
         if self.max_pending_bytes > self.budget_bytes {
             return bad("max_pending_bytes", "must not exceed budget_bytes");

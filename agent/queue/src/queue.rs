@@ -23,7 +23,9 @@ use crate::config::{PENDING_CAPACITY, QueueConfig, ValidConfig};
 use crate::error::{AppendError, FlushError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
-use crate::store::{LOSS_CAUSES, Persisted, Removed, Store, StoreError, StoreTx, contain_panic};
+use crate::store::{
+    LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx, contain_panic,
+};
 use crate::tiers::{self, PerTier, TIERS};
 use crate::window::{self, RateEstimator, WindowAlarm};
 
@@ -199,6 +201,13 @@ impl LossLedger {
         }
     }
 
+    /// Adds `count` lost records whose sequence numbers are unknown.
+    fn add_count(&mut self, ix: usize, cause: LossCause, count: u64) {
+        let acc = &mut self.0[ix][cause as usize];
+        acc.count += count;
+        acc.incidents += 1;
+    }
+
     fn add_removed(&mut self, ix: usize, cause: LossCause, removed: &Removed) {
         self.add(ix, cause, Some(removed.seq), removed.bytes);
     }
@@ -272,31 +281,44 @@ impl Queue {
             rename(&fresh, &path)?;
         }
         let cache = config.get().cache_bytes;
+        let verify = config.get().verify_on_open;
         let attempt = contain_panic(AssertUnwindSafe(|| {
-            let store = Store::open(&path, cache)?;
-            let state = store.load()?;
-            Ok((store, state))
+            let mut store = Store::open(&path, cache)?;
+            let clean = !verify || store.verify()?;
+            let loaded = if clean { store.load()? } else { None };
+            Ok((store, clean, loaded))
         }));
         let mut created = false;
         let mut quarantined = None;
-        let (store, state) = match attempt {
-            Ok((store, Some(state))) => (store, state),
-            Ok((store, None)) => {
+        let (store, loaded) = match attempt {
+            Ok((store, true, Some(loaded))) => (store, loaded),
+            Ok((store, true, None)) => {
                 created = true;
                 let state = Persisted::fresh(new_epoch(now));
                 store
                     .write(|tx| tx.put_state(&state))
                     .map_err(|error| unavailable(&path, &error))?;
-                (store, state)
+                (store, Loaded::fresh(state))
             }
-            Err(StoreError::Corrupt(reason)) => {
-                let (store, state, moved) = quarantine(&config, &path, &reason, now)?;
+            Ok((store, false, _)) => {
+                drop(store);
+                let reason = "failed its integrity check".to_owned();
+                let (store, loaded, moved) = quarantine(&config, &path, &reason, true, now)?;
                 created = true;
                 quarantined = Some(Quarantined {
                     moved_to: moved,
                     reason,
                 });
-                (store, state)
+                (store, loaded)
+            }
+            Err(StoreError::Corrupt(reason)) => {
+                let (store, loaded, moved) = quarantine(&config, &path, &reason, true, now)?;
+                created = true;
+                quarantined = Some(Quarantined {
+                    moved_to: moved,
+                    reason,
+                });
+                (store, loaded)
             }
             Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
             Err(error) => return Err(unavailable(&path, &error)),
@@ -307,6 +329,7 @@ impl Queue {
         }
         let max_pending = usize::try_from(config.get().max_pending_bytes).unwrap_or(usize::MAX);
         let rate_tau = config.get().rate_time_constant;
+        let state = loaded.state;
         let mut queue = Queue {
             path,
             store: Some(StoreSlot(store)),
@@ -319,12 +342,12 @@ impl Queue {
                 bulk_since: None,
             },
             acks: Vec::new(),
-            corrupt: Vec::new(),
+            corrupt: loaded.corrupt,
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
             rates: RateEstimator::new(rate_tau),
             alarm: WindowAlarm::default(),
-            oldest_ms: PerTier::default(),
+            oldest_ms: loaded.oldest_unix_ms,
             store_problem: None,
             last_retry: None,
             last_status_write: None,
@@ -335,7 +358,22 @@ impl Queue {
             status_text: String::new(),
             config,
         };
-        queue.refresh_oldest();
+        for ix in 0..3 {
+            let missing = *loaded.unaccounted.at(ix);
+            if missing > 0 {
+                tracing::warn!(
+                    tier = tiers::name(ix),
+                    missing,
+                    "Queue store lost records to damage; counted as corrupt."
+                );
+                queue.unreported.add_count(ix, LossCause::Corrupt, missing);
+            }
+        }
+        if !queue.corrupt.is_empty() || !queue.unreported.is_empty() {
+            // Count and report the damage now, before anything else can be lost with it. A failure
+            // here is handled like any flush failure and retried.
+            let _ = queue.flush(now);
+        }
         queue.rates.update(now);
         let report = OpenReport {
             epoch: queue.state.epoch,
@@ -369,7 +407,12 @@ impl Queue {
 
     /// Appends an event (its `seq` is ignored and set by the queue); returns its sequence number.
     /// The event is durable only after a flush reports `durable >= seq` for its tier.
-    pub fn append(&mut self, tier: Tier, event: &Event, now: SystemTime) -> Result<u64, AppendError> {
+    pub fn append(
+        &mut self,
+        tier: Tier,
+        event: &Event,
+        now: SystemTime,
+    ) -> Result<u64, AppendError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         // Encoding into a Vec cannot run out of space.
@@ -432,7 +475,8 @@ impl Queue {
             end,
         });
         *self.next_seq.at_mut(ix) += 1;
-        self.rates.record(ix, (end - start) as u64 + record::KEY_LEN);
+        self.rates
+            .record(ix, (end - start) as u64 + record::KEY_LEN);
         let since = if ix == 0 {
             &mut self.pending.safety_since
         } else {
@@ -457,7 +501,9 @@ impl Queue {
             return;
         }
         match self.acks.last_mut() {
-            Some((prev_ix, _, prev_last)) if *prev_ix == ix && prev_last.saturating_add(1) == first => {
+            Some((prev_ix, _, prev_last))
+                if *prev_ix == ix && prev_last.saturating_add(1) == first =>
+            {
                 *prev_last = last;
             }
             _ => self.acks.push((ix, first, last)),
@@ -479,7 +525,7 @@ impl Queue {
         let Some(StoreSlot(store)) = &self.store else {
             return Ok(None);
         };
-        for ix in 0..3 {
+        for (ix, tier) in TIERS.into_iter().enumerate() {
             let end = *self.state.next_seq.at(ix);
             let from = *self.cursor.at(ix);
             if from >= end {
@@ -540,7 +586,7 @@ impl Queue {
             }
             if !self.batch_index.is_empty() {
                 return Ok(Some(ReadBatch {
-                    tier: TIERS[ix],
+                    tier,
                     epoch: self.state.epoch,
                     index: &self.batch_index,
                     bytes: &self.batch_bytes,
@@ -593,7 +639,8 @@ impl Queue {
             Ok(outcome) => outcome,
             Err(StoreError::Corrupt(reason)) => {
                 self.quarantine_now(&reason, now)?;
-                self.commit(now).map_err(|error| self.store_failed(error, now))?
+                self.commit(now)
+                    .map_err(|error| self.store_failed(error, now))?
             }
             Err(error) => return Err(self.store_failed(error, now)),
         };
@@ -696,7 +743,9 @@ impl Queue {
                         if appended >= cutoff {
                             break;
                         }
-                        let Some(removed) = table.pop_oldest()? else { break };
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
                         *state.bytes.at_mut(ix) -= removed.bytes;
                         *state.records.at_mut(ix) -= 1;
                         *lost.at_mut(ix) += 1;
@@ -707,7 +756,9 @@ impl Queue {
                 if *state.bytes.at(ix) > cap {
                     let target = cap.saturating_sub(LOSS_RESERVE_BYTES);
                     while *state.bytes.at(ix) > target {
-                        let Some(removed) = table.pop_oldest()? else { break };
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
                         *state.bytes.at_mut(ix) -= removed.bytes;
                         *state.records.at_mut(ix) -= 1;
                         *lost.at_mut(ix) += 1;
@@ -721,7 +772,9 @@ impl Queue {
                 for ix in [2, 1] {
                     let mut table = tx.tier(ix)?;
                     while state.bytes.sum() > target {
-                        let Some(removed) = table.pop_oldest()? else { break };
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
                         *state.bytes.at_mut(ix) -= removed.bytes;
                         *state.records.at_mut(ix) -= 1;
                         *lost.at_mut(ix) += 1;
@@ -849,16 +902,24 @@ impl Queue {
             Ok((store, state))
         }));
         match attempt {
-            Ok((store, Some(state))) => {
+            Ok((store, Some(loaded))) => {
+                let state = loaded.state;
                 self.store = Some(StoreSlot(store));
                 self.state = state;
+                self.corrupt = loaded.corrupt;
+                for ix in 0..3 {
+                    let missing = *loaded.unaccounted.at(ix);
+                    if missing > 0 {
+                        self.unreported.add_count(ix, LossCause::Corrupt, missing);
+                    }
+                }
                 for ix in 0..3 {
                     let next = self.next_seq.at_mut(ix);
                     *next = (*next).max(*state.next_seq.at(ix));
                 }
                 self.cursor = PerTier::default();
                 self.store_problem = None;
-                self.refresh_oldest();
+                self.oldest_ms = loaded.oldest_unix_ms;
                 Ok(())
             }
             Ok((_, None)) => self.quarantine_now("the store lost its state", now),
@@ -876,15 +937,15 @@ impl Queue {
     fn quarantine_now(&mut self, reason: &str, now: SystemTime) -> Result<(), FlushError> {
         self.store = None;
         let held = self.pending.entries.len();
-        let (store, state, moved) = quarantine(&self.config, &self.path, reason, now).map_err(|error| {
-            FlushError {
+        let (store, loaded, moved) = quarantine(&self.config, &self.path, reason, true, now)
+            .map_err(|error| FlushError {
                 reason: error.to_string(),
                 refused: PerTier::default(),
                 held_safety: held,
-            }
-        })?;
+            })?;
         tracing::warn!(%reason, moved_to = %moved.display(),
             "Queue store failed; moved aside and started a fresh queue.");
+        let state = loaded.state;
         self.store = Some(StoreSlot(store));
         self.state = state;
         self.store_problem = None;
@@ -911,7 +972,7 @@ impl Queue {
             };
         }
         self.pending.bytes = bytes;
-        self.refresh_oldest();
+        self.oldest_ms = loaded.oldest_unix_ms;
         Ok(())
     }
 
@@ -1014,18 +1075,6 @@ impl Queue {
         self.status_text = text;
         self.last_status_write = Some(now);
     }
-
-    fn refresh_oldest(&mut self) {
-        let Some(StoreSlot(store)) = &self.store else { return };
-        for ix in 0..3 {
-            let mut oldest = None;
-            let _ = store.read(ix, 0, u64::MAX, |_, value| {
-                oldest = record::appended_unix_ms(value);
-                false
-            });
-            *self.oldest_ms.at_mut(ix) = oldest;
-        }
-    }
 }
 
 /// Appends one `QueueLoss` report per (tier, cause) in `ledger`: safety losses to the safety
@@ -1096,12 +1145,18 @@ fn insert_event(
 /// Builds a fresh store whose first transaction already holds the `Quarantined` loss report, then
 /// moves the broken file aside and the fresh one into place. Each step leaves something a later
 /// open completes: the old file (quarantined again) or the fresh file (renamed into place).
+///
+/// With `salvage`, every record of the broken store that can still be read and passes its checks
+/// is copied into the fresh one under its sequence number (in the new epoch, so no number is
+/// reused if the damage rolled the state back); records the old state counted but that could not
+/// be copied are reported as `Corrupt` losses, and the old loss totals carry over.
 fn quarantine(
     config: &ValidConfig,
     path: &Path,
     reason: &str,
+    salvage: bool,
     now: SystemTime,
-) -> Result<(Store, Persisted, PathBuf), QueueError> {
+) -> Result<(Store, Loaded, PathBuf), QueueError> {
     let dir = &config.get().dir;
     let fresh = dir.join(FRESH_FILE);
     match std::fs::remove_file(&fresh) {
@@ -1115,11 +1170,19 @@ fn quarantine(
     }
     let broken_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
     let mut state = Persisted::fresh(new_epoch(now));
+    let mut salvaged = PerTier::<u64>::default();
     {
         let store =
             Store::open(&fresh, config.get().cache_bytes).map_err(|e| unavailable(&fresh, &e))?;
         let mut ledger = LossLedger::default();
         ledger.add(0, LossCause::Quarantined, None, broken_bytes);
+        if salvage && path.exists() {
+            // Whatever the salvage cannot read stays in the quarantined file and is counted.
+            let cache = config.get().cache_bytes;
+            let _ = contain_panic(AssertUnwindSafe(|| {
+                salvage_into(path, cache, &store, &mut state, &mut ledger, &mut salvaged)
+            }));
+        }
         let (mut scratch, mut value, mut written) = (Vec::new(), Vec::new(), PerTier::default());
         store
             .write(|tx| {
@@ -1136,12 +1199,26 @@ fn quarantine(
             })
             .map_err(|e| unavailable(&fresh, &e))?;
     }
+    if salvaged.sum() > 0 {
+        tracing::warn!(
+            safety = salvaged.safety,
+            slo = salvaged.slo,
+            debug = salvaged.debug,
+            "Salvaged intact records from the damaged queue store into the new epoch."
+        );
+    }
     let folder = dir.join(QUARANTINE_DIR);
     std::fs::create_dir_all(&folder).map_err(|source| QueueError::Directory {
         path: folder.clone(),
         source,
     })?;
-    let moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+    let mut moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+    for n in 1.. {
+        if !moved.exists() {
+            break;
+        }
+        moved = folder.join(format!("queue-{}.{n}.redb", unix_ms(now)));
+    }
     if path.exists() {
         rename(path, &moved)?;
     }
@@ -1149,17 +1226,83 @@ fn quarantine(
     sync_dir(dir);
     prune_quarantine(&folder);
     let store = Store::open(path, config.get().cache_bytes).map_err(|e| unavailable(path, &e))?;
-    let state = store
+    let loaded = store
         .load()
         .map_err(|e| unavailable(path, &e))?
-        .unwrap_or(state);
+        .unwrap_or_else(|| Loaded::fresh(state));
     // The reason is kept beside the file for whoever inspects it.
     let _ = std::fs::write(moved.with_extension("reason"), reason);
-    Ok((store, state, moved))
+    Ok((store, loaded, moved))
+}
+
+/// Copies the intact records of the store at `path` into `fresh`, in chunks of a few MiB, and
+/// accounts for what it could not copy.
+fn salvage_into(
+    path: &Path,
+    cache: u64,
+    fresh: &Store,
+    state: &mut Persisted,
+    ledger: &mut LossLedger,
+    salvaged: &mut PerTier<u64>,
+) -> Result<(), StoreError> {
+    const CHUNK_BYTES: usize = 4 * 1024 * 1024;
+    let broken = Store::open(path, cache)?;
+    let old = broken.load().ok().flatten().map(|loaded| loaded.state);
+    if let Some(old) = &old {
+        state.losses = old.losses;
+        state.next_seq = old.next_seq;
+    }
+    for ix in 0..3 {
+        let mut from = 0u64;
+        let mut seen = 0u64;
+        let mut chunk: Vec<(u64, Vec<u8>)> = Vec::new();
+        loop {
+            chunk.clear();
+            let mut chunk_bytes = 0;
+            let mut next_from = None;
+            let read = broken.read(ix, from, u64::MAX, |seq, value| {
+                next_from = Some(seq.saturating_add(1));
+                seen += 1;
+                match record::check(value, seq) {
+                    Ok(_) => {
+                        chunk_bytes += value.len();
+                        chunk.push((seq, value.to_vec()));
+                    }
+                    Err(_) => ledger.add(ix, LossCause::Corrupt, Some(seq), 0),
+                }
+                chunk_bytes < CHUNK_BYTES
+            });
+            fresh.write(|tx| {
+                let mut table = tx.tier(ix)?;
+                for (seq, value) in &chunk {
+                    table.insert(*seq, value)?;
+                    *state.records.at_mut(ix) += 1;
+                    *state.bytes.at_mut(ix) += record::KEY_LEN + value.len() as u64;
+                    let next = state.next_seq.at_mut(ix);
+                    *next = (*next).max(seq + 1);
+                    *salvaged.at_mut(ix) += 1;
+                }
+                Ok(())
+            })?;
+            match (read, next_from) {
+                (Ok(()), Some(next)) if next > from && next != u64::MAX => from = next,
+                _ => break,
+            }
+        }
+        if let Some(old) = &old {
+            let missing = old.records.at(ix).saturating_sub(seen);
+            if missing > 0 {
+                ledger.add_count(ix, LossCause::Corrupt, missing);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn prune_quarantine(folder: &Path) {
-    let Ok(entries) = std::fs::read_dir(folder) else { return };
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())

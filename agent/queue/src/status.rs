@@ -199,7 +199,7 @@ fn parse(text: &str) -> Result<QueueStatus, SnapshotError> {
                 };
                 let tier = status.tiers.at_mut(ix);
                 let rest: Vec<&str> = line.split(' ').skip(2).collect();
-                if rest.len() % 2 != 0 {
+                if !rest.len().is_multiple_of(2) {
                     return Err(bad(n));
                 }
                 for pair in rest.chunks(2) {
@@ -282,6 +282,9 @@ mod tests {
             parse("edgewatch-queue-status 1\nbogus 1\n"),
             Err(SnapshotError::Malformed { line: 2 })
         ));
-        assert!(matches!(parse("hello"), Err(SnapshotError::Malformed { line: 1 })));
+        assert!(matches!(
+            parse("hello"),
+            Err(SnapshotError::Malformed { line: 1 })
+        ));
     }
 }

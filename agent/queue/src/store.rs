@@ -12,10 +12,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-    TableHandle,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::record;
 use crate::tiers::PerTier;
@@ -137,6 +134,19 @@ from_redb!(
     redb::SetDurabilityError
 );
 
+/// A store's state as loaded and verified.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The state, with record and byte counts as found.
+    pub state: Persisted,
+    /// Records present but failing their checks: `(tier, seq)`.
+    pub corrupt: Vec<(usize, u64)>,
+    /// Records the state counted that the tables no longer hold.
+    pub unaccounted: PerTier<u64>,
+    /// Append time of the oldest intact record per tier.
+    pub oldest_unix_ms: PerTier<Option<u64>>,
+}
+
 /// An open store.
 pub struct Store {
     db: Database,
@@ -152,8 +162,10 @@ impl Store {
         Ok(Self { db })
     }
 
-    /// Reads the state, checking it against the tables. `None` for a store with no tables yet.
-    pub fn load(&self) -> Result<Option<Persisted>, StoreError> {
+    /// Reads the state and verifies every record against it (checksum, key, count): a store
+    /// that was damaged outside redb can silently lose entries, and the only way to count them is
+    /// to compare what is there with what the state says. `None` for a store with no tables yet.
+    pub fn load(&self) -> Result<Option<Loaded>, StoreError> {
         let txn = self.db.begin_read()?;
         let mut names = Vec::new();
         for table in txn.list_tables()? {
@@ -175,11 +187,13 @@ impl Store {
         };
         let format = get(META_FORMAT)?;
         if format != FORMAT_VERSION {
-            return Err(StoreError::Corrupt(format!("format {format} is not {FORMAT_VERSION}")));
+            return Err(StoreError::Corrupt(format!(
+                "format {format} is not {FORMAT_VERSION}"
+            )));
         }
         let mut state = Persisted::fresh(get(META_EPOCH)?);
         for ix in 0..3 {
-            *state.next_seq.at_mut(ix) = get(META_NEXT_SEQ[ix])?;
+            *state.next_seq.at_mut(ix) = get(META_NEXT_SEQ[ix])?.max(1);
             *state.records.at_mut(ix) = get(META_RECORDS[ix])?;
             *state.bytes.at_mut(ix) = get(META_BYTES[ix])?;
         }
@@ -195,33 +209,51 @@ impl Store {
                 *slot = total.value();
             }
         }
+        let mut loaded = Loaded {
+            state,
+            corrupt: Vec::new(),
+            unaccounted: PerTier::default(),
+            oldest_unix_ms: PerTier::default(),
+        };
         for (ix, definition) in TIER_TABLES.iter().enumerate() {
             let table = match txn.open_table(*definition) {
                 Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) if *state.records.at(ix) == 0 => {
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    *loaded.unaccounted.at_mut(ix) = *state.records.at(ix);
+                    *loaded.state.records.at_mut(ix) = 0;
+                    *loaded.state.bytes.at_mut(ix) = 0;
                     continue;
                 }
                 Err(error) => return Err(error.into()),
             };
-            if let Some((last, _)) = table.last()? {
-                let next = state.next_seq.at_mut(ix);
-                if last.value() >= *next {
-                    // Never hand out a stored sequence number again, whatever the state says.
-                    *next = last.value() + 1;
+            let (mut records, mut bytes, mut last) = (0u64, 0u64, 0u64);
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (seq, value) = (key.value(), value.value());
+                records += 1;
+                bytes += record::KEY_LEN + value.len() as u64;
+                last = last.max(seq);
+                match record::check(value, seq) {
+                    Ok(view) => {
+                        loaded
+                            .oldest_unix_ms
+                            .at_mut(ix)
+                            .get_or_insert(view.appended_unix_ms);
+                    }
+                    Err(_) => loaded.corrupt.push((ix, seq)),
                 }
             }
-            if table.len()? != *state.records.at(ix) {
-                let (mut records, mut bytes) = (0, 0);
-                for entry in table.iter()? {
-                    let (_, value) = entry?;
-                    records += 1;
-                    bytes += record::KEY_LEN + value.value().len() as u64;
-                }
-                *state.records.at_mut(ix) = records;
-                *state.bytes.at_mut(ix) = bytes;
+            // Entries the state counts but the table no longer yields were lost to damage.
+            *loaded.unaccounted.at_mut(ix) = state.records.at(ix).saturating_sub(records);
+            *loaded.state.records.at_mut(ix) = records;
+            *loaded.state.bytes.at_mut(ix) = bytes;
+            let next = loaded.state.next_seq.at_mut(ix);
+            if last >= *next {
+                // Never hand out a stored sequence number again, whatever the state says.
+                *next = last + 1;
             }
         }
-        Ok(Some(state))
+        Ok(Some(loaded))
     }
 
     /// Visits the records of tier `ix` with `from <= seq < to`, in order, until `visit` returns
@@ -286,6 +318,12 @@ impl Store {
                 Err(error)
             }
         }
+    }
+
+    /// Verifies the checksum of every page of the committed trees (reads the whole file). False if
+    /// the file was damaged and redb repaired it (possibly by falling back to an older commit).
+    pub fn verify(&mut self) -> Result<bool, StoreError> {
+        Ok(self.db.check_integrity()?)
     }
 
     /// Rewrites the file without its free pages; true if it shrank.
@@ -404,5 +442,17 @@ impl TierTable<'_> {
                 record::appended_unix_ms(value.value()).unwrap_or(0),
             )
         }))
+    }
+}
+
+impl Loaded {
+    /// A just-created store: nothing to verify.
+    pub fn fresh(state: Persisted) -> Self {
+        Self {
+            state,
+            corrupt: Vec::new(),
+            unaccounted: PerTier::default(),
+            oldest_unix_ms: PerTier::default(),
+        }
     }
 }

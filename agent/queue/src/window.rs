@@ -149,7 +149,11 @@ mod tests {
             rates.record(2, 1000);
             rates.update(at(second));
         }
-        assert!((rates.rates().debug - 1000.0).abs() < 1.0, "{}", rates.rates().debug);
+        assert!(
+            (rates.rates().debug - 1000.0).abs() < 1.0,
+            "{}",
+            rates.rates().debug
+        );
         assert_eq!(rates.rates().safety, 0.0);
     }
 
@@ -197,7 +201,10 @@ mod tests {
     #[test]
     fn with_no_appends_the_window_is_unbounded() {
         let caps = PerTier::all(1000);
-        assert_eq!(offline_window(PerTier::default(), PerTier::default(), caps, 1000), None);
+        assert_eq!(
+            offline_window(PerTier::default(), PerTier::default(), caps, 1000),
+            None
+        );
     }
 
     #[test]

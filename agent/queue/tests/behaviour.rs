@@ -39,14 +39,23 @@ fn appends_are_durable_only_after_a_flush_and_survive_a_reopen() {
 fn unflushed_appends_are_gone_after_a_crash_and_their_numbers_were_never_seen() {
     let dir = tempfile::tempdir().unwrap();
     let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
-    queue.append(Tier::Slo, &named_event("kept", 1), at_ms(1)).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("kept", 1), at_ms(1))
+        .unwrap();
     queue.flush(at_ms(2)).unwrap();
-    queue.append(Tier::Slo, &named_event("lost", 1), at_ms(3)).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("lost", 1), at_ms(3))
+        .unwrap();
     drop(queue);
     let (mut queue, _) = Queue::open(roomy_config(dir.path()), at_ms(4)).unwrap();
     let all = read_everything(&mut queue);
     assert_eq!(all.len(), 1);
-    assert_eq!(queue.append(Tier::Slo, &named_event("next", 1), at_ms(5)).unwrap(), 2);
+    assert_eq!(
+        queue
+            .append(Tier::Slo, &named_event("next", 1), at_ms(5))
+            .unwrap(),
+        2
+    );
 }
 
 #[test]
@@ -58,7 +67,9 @@ fn a_safety_append_during_a_long_debug_drain_is_handed_out_next() {
             .append(Tier::Debug, &named_event(&format!("d{i}"), 50), at_ms(1))
             .unwrap();
     }
-    queue.append(Tier::Slo, &named_event("s", 5), at_ms(1)).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("s", 5), at_ms(1))
+        .unwrap();
     queue.flush(at_ms(2)).unwrap();
     let limits = BatchLimits {
         max_records: 10,
@@ -67,8 +78,13 @@ fn a_safety_append_during_a_long_debug_drain_is_handed_out_next() {
     let batch = queue.next_batch(limits).unwrap().unwrap();
     assert_eq!((batch.tier(), batch.len()), (Tier::Slo, 1));
     let batch = queue.next_batch(limits).unwrap().unwrap();
-    assert_eq!((batch.tier(), batch.first_seq(), batch.last_seq()), (Tier::Debug, 1, 10));
-    queue.append(Tier::Safety, &named_event("alarm", 5), at_ms(3)).unwrap();
+    assert_eq!(
+        (batch.tier(), batch.first_seq(), batch.last_seq()),
+        (Tier::Debug, 1, 10)
+    );
+    queue
+        .append(Tier::Safety, &named_event("alarm", 5), at_ms(3))
+        .unwrap();
     queue.flush(at_ms(4)).unwrap();
     let batch = queue.next_batch(limits).unwrap().unwrap();
     assert_eq!((batch.tier(), batch.first_seq()), (Tier::Safety, 1));
@@ -214,7 +230,10 @@ fn debug_is_evicted_before_slo_and_safety_is_never_evicted_for_a_lower_tier() {
     append(&mut queue, Tier::Debug, 200);
     append(&mut queue, Tier::Slo, 300);
     let status = queue.status(at_ms(now));
-    assert_eq!(status.tiers.safety.evicted, 0, "safety made room for nobody");
+    assert_eq!(
+        status.tiers.safety.evicted, 0,
+        "safety made room for nobody"
+    );
     assert_eq!(status.tiers.safety.records, 150);
     assert!(status.tiers.debug.records == 0, "debug went first");
     assert_eq!(status.tiers.debug.evicted, 200);
@@ -240,7 +259,10 @@ fn debug_is_evicted_before_slo_and_safety_is_never_evicted_for_a_lower_tier() {
     drop(queue);
     let (queue, report) = Queue::open(config, at_ms(now)).unwrap();
     assert_eq!(report.losses.debug[LossCause::Evicted as usize], 200);
-    assert_eq!(queue.status(at_ms(now)).tiers.slo.evicted, status.tiers.slo.evicted);
+    assert_eq!(
+        queue.status(at_ms(now)).tiers.slo.evicted,
+        status.tiers.slo.evicted
+    );
 }
 
 #[test]
@@ -264,7 +286,7 @@ fn a_full_safety_tier_evicts_its_own_oldest_and_reports_it_as_safety() {
     let all = read_everything(&mut queue);
     let losses: Vec<_> = all
         .iter()
-        .filter_map(|((tier, _), event)| queue_loss(event).map(|loss| (*tier, loss.clone())))
+        .filter_map(|((tier, _), event)| queue_loss(event).map(|loss| (*tier, *loss)))
         .collect();
     assert!(!losses.is_empty());
     for (tier, loss) in &losses {
@@ -295,9 +317,14 @@ fn records_older_than_their_tier_age_limit_expire_and_are_counted() {
     }
     queue.flush(at_ms(10)).unwrap();
     let week = 7 * 24 * 3600 * 1000;
-    queue.append(Tier::Debug, &named_event("fresh", 1), at_ms(week)).unwrap();
+    queue
+        .append(Tier::Debug, &named_event("fresh", 1), at_ms(week))
+        .unwrap();
     let outcome = queue.flush(at_ms(week + 3)).unwrap();
-    assert_eq!(outcome.lost.debug, 3, "records appended at 0, 1, 2 ms are older than a week");
+    assert_eq!(
+        outcome.lost.debug, 3,
+        "records appended at 0, 1, 2 ms are older than a week"
+    );
     let status = queue.status(at_ms(week + 3));
     assert_eq!(status.tiers.debug.expired, 3);
     // Expiry also runs on a flush with nothing else to do.
@@ -360,7 +387,9 @@ fn the_offline_window_alarm_is_raised_once_then_rearms_with_hysteresis() {
 fn a_second_reader_gets_the_status_from_the_snapshot_while_the_queue_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
-    queue.append(Tier::Slo, &named_event("a", 1), at_ms(1)).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("a", 1), at_ms(1))
+        .unwrap();
     queue.flush(at_ms(5000)).unwrap();
     assert!(matches!(
         Queue::open(roomy_config(dir.path()), at_ms(5001)),
@@ -370,7 +399,10 @@ fn a_second_reader_gets_the_status_from_the_snapshot_while_the_queue_is_open() {
     assert_eq!(snapshot.epoch, queue.epoch());
     assert_eq!(snapshot.tiers.slo.records, 1);
     assert_eq!(snapshot.tiers.slo.durable_seq, 1);
-    assert_eq!(snapshot.tiers.slo.oldest_age, Some(Duration::from_millis(4999)));
+    assert_eq!(
+        snapshot.tiers.slo.oldest_age,
+        Some(Duration::from_millis(4999))
+    );
     assert!(snapshot.store_available);
 }
 
@@ -379,9 +411,13 @@ fn flushes_fall_due_by_tier_interval() {
     let dir = tempfile::tempdir().unwrap();
     let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
     assert_eq!(queue.next_flush_at(), None);
-    queue.append(Tier::Debug, &named_event("d", 1), at_ms(100)).unwrap();
+    queue
+        .append(Tier::Debug, &named_event("d", 1), at_ms(100))
+        .unwrap();
     assert_eq!(queue.next_flush_at(), Some(at_ms(1100)));
-    queue.append(Tier::Safety, &named_event("s", 1), at_ms(200)).unwrap();
+    queue
+        .append(Tier::Safety, &named_event("s", 1), at_ms(200))
+        .unwrap();
     assert_eq!(queue.next_flush_at(), Some(at_ms(210)));
     assert!(!queue.flush_due(at_ms(209)));
     assert!(queue.flush_due(at_ms(210)));
@@ -412,7 +448,9 @@ fn compaction_after_a_drain_shrinks_the_file() {
     assert!(compacted * 4 < full, "{full} -> {compacted}");
     assert!(!queue.compact_if_drained().unwrap(), "nothing left to gain");
     // Still a working queue.
-    queue.append(Tier::Debug, &named_event("after", 1), at_ms(9003)).unwrap();
+    queue
+        .append(Tier::Debug, &named_event("after", 1), at_ms(9003))
+        .unwrap();
     queue.flush(at_ms(9004)).unwrap();
     assert_eq!(read_everything(&mut queue).len(), 1);
 }

@@ -8,7 +8,10 @@
 //! durable is still there, was acknowledged, or is counted as lost.
 //!
 //! `PROPTEST_CASES=N` runs more cases (default 48 each).
-#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+// Test code: a failed unwrap is a failed test.
+// A tier index addresses the model's arrays and `TIERS` alike.
+#![allow(clippy::needless_range_loop)]
 
 mod util;
 
@@ -25,15 +28,27 @@ use util::*;
 
 #[derive(Clone, Debug)]
 enum Action {
-    Append { tier: usize, pad: usize },
+    Append {
+        tier: usize,
+        pad: usize,
+    },
     Flush,
-    Read { max_records: usize, max_bytes: usize },
-    Ack { tier: usize, from_back: u64, len: u64 },
+    Read {
+        max_records: usize,
+        max_bytes: usize,
+    },
+    Ack {
+        tier: usize,
+        from_back: u64,
+        len: u64,
+    },
     AckLastBatch,
     Requeue,
     Restart,
     Crash,
-    Wait { ms: u64 },
+    Wait {
+        ms: u64,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -111,7 +126,11 @@ impl Model {
     }
 
     /// The batch the queue must hand out: `(tier, [(seq, name)])`.
-    fn read(&mut self, limits: BatchLimits, pads: &BTreeMap<String, usize>) -> Option<(usize, Vec<(u64, String)>)> {
+    fn read(
+        &mut self,
+        limits: BatchLimits,
+        pads: &BTreeMap<String, usize>,
+    ) -> Option<(usize, Vec<(u64, String)>)> {
         for tier in 0..3 {
             let end = self.durable_next[tier];
             if self.cursor[tier] >= end {
@@ -127,7 +146,9 @@ impl Model {
                 let mut event = named_event(name, pads[name]);
                 event.seq = seq;
                 let len = event.encoded_len();
-                if !batch.is_empty() && (batch.len() >= limits.max_records || bytes + len > limits.max_bytes) {
+                if !batch.is_empty()
+                    && (batch.len() >= limits.max_records || bytes + len > limits.max_bytes)
+                {
                     stopped_at = Some(seq);
                     break;
                 }
@@ -160,7 +181,9 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
             Action::Append { tier, pad } => {
                 let name = format!("e{step}");
                 pads.insert(name.clone(), pad);
-                let seq = queue.append(TIERS[tier], &named_event(&name, pad), at_ms(now)).unwrap();
+                let seq = queue
+                    .append(TIERS[tier], &named_event(&name, pad), at_ms(now))
+                    .unwrap();
                 prop_assert_eq!(seq, model.next[tier]);
                 model.next[tier] += 1;
                 model.pending.push((tier, seq, name));
@@ -169,7 +192,10 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
                 let outcome = queue.flush(at_ms(now)).unwrap();
                 model.flush();
                 for tier in 0..3 {
-                    prop_assert_eq!(*outcome.durable.get(TIERS[tier]).unwrap(), model.durable_next[tier] - 1);
+                    prop_assert_eq!(
+                        *outcome.durable.get(TIERS[tier]).unwrap(),
+                        model.durable_next[tier] - 1
+                    );
                 }
                 let status = queue.status(at_ms(now));
                 for (tier, t) in status.tiers.iter() {
@@ -177,8 +203,14 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
                     prop_assert_eq!(t.records, model.durable[ix].len() as u64);
                 }
             }
-            Action::Read { max_records, max_bytes } => {
-                let limits = BatchLimits { max_records, max_bytes };
+            Action::Read {
+                max_records,
+                max_bytes,
+            } => {
+                let limits = BatchLimits {
+                    max_records,
+                    max_bytes,
+                };
                 let expected = model.read(limits, &pads);
                 let got = queue.next_batch(limits).unwrap().map(|batch| {
                     let tier = batch.tier() as usize - 1;
@@ -193,11 +225,14 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
                     (tier, records)
                 });
                 prop_assert_eq!(&got, &expected);
-                last_batch = got.map(|(tier, records)| {
-                    (tier, records[0].0, records[records.len() - 1].0)
-                });
+                last_batch =
+                    got.map(|(tier, records)| (tier, records[0].0, records[records.len() - 1].0));
             }
-            Action::Ack { tier, from_back, len } => {
+            Action::Ack {
+                tier,
+                from_back,
+                len,
+            } => {
                 let first = model.durable_next[tier].saturating_sub(from_back).max(1);
                 let last = first + len;
                 queue.ack(TIERS[tier], first..=last, at_ms(now));
@@ -297,7 +332,11 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
     let mut acked: Vec<(usize, u64, u64)> = Vec::new();
     let mut last_batch: Option<(usize, u64, u64)> = None;
     let mut now = 1u64;
-    let check = |queue: &mut Queue, durable: &[BTreeMap<u64, String>; 3], acked: &[(usize, u64, u64)], now: u64| -> Result<(), TestCaseError> {
+    let check = |queue: &mut Queue,
+                 durable: &[BTreeMap<u64, String>; 3],
+                 acked: &[(usize, u64, u64)],
+                 now: u64|
+     -> Result<(), TestCaseError> {
         let all = read_everything(queue);
         let status = queue.status(at_ms(now));
         for tier in 0..3 {
@@ -307,7 +346,10 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
                 match all.get(&(TIERS[tier], *seq)) {
                     Some(event) => prop_assert_eq!(name_of(event), Some(name.as_str())),
                     None => {
-                        if !acked.iter().any(|&(a, f, l)| a == tier && (f..=l).contains(seq)) {
+                        if !acked
+                            .iter()
+                            .any(|&(a, f, l)| a == tier && (f..=l).contains(seq))
+                        {
                             missing += 1;
                         }
                     }
@@ -316,7 +358,9 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
             prop_assert!(
                 missing <= t.evicted + t.expired + t.corrupt,
                 "tier {} lost {} records silently (counted {})",
-                tier, missing, t.evicted + t.expired + t.corrupt
+                tier,
+                missing,
+                t.evicted + t.expired + t.corrupt
             );
             prop_assert!(t.bytes <= t.cap_bytes);
         }
@@ -354,10 +398,20 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
                 last_batch = None;
                 check(&mut queue, &durable, &acked, now)?;
             }
-            Action::Read { max_records, max_bytes } => {
-                let limits = BatchLimits { max_records, max_bytes };
+            Action::Read {
+                max_records,
+                max_bytes,
+            } => {
+                let limits = BatchLimits {
+                    max_records,
+                    max_bytes,
+                };
                 last_batch = queue.next_batch(limits).unwrap().map(|batch| {
-                    (batch.tier() as usize - 1, batch.first_seq(), batch.last_seq())
+                    (
+                        batch.tier() as usize - 1,
+                        batch.first_seq(),
+                        batch.last_seq(),
+                    )
                 });
             }
             Action::Ack { .. } | Action::AckLastBatch => {

@@ -75,6 +75,13 @@ fn records_reported_durable_survive_power_cuts_and_every_loss_is_counted() {
         checked.acked,
         checked.counted_lost
     );
-    assert_eq!(ledger.epochs.len(), 1, "the epoch never changed: no quarantine");
-    assert!(ledger.durable.len() as u64 >= cuts, "the children made progress");
+    assert_eq!(
+        ledger.epochs.len(),
+        1,
+        "the epoch never changed: no quarantine"
+    );
+    assert!(
+        ledger.durable.len() as u64 >= cuts,
+        "the children made progress"
+    );
 }

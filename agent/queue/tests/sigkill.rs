@@ -37,7 +37,10 @@ fn records_reported_durable_survive_sigkill_and_every_loss_is_counted() {
                 SystemTime::now(),
             )
             .unwrap();
-            assert!(report.quarantined.is_none(), "a SIGKILL never corrupts the store");
+            assert!(
+                report.quarantined.is_none(),
+                "a SIGKILL never corrupts the store"
+            );
             totals = ledger.check(&mut queue, SystemTime::now()).unwrap();
         }
     }

@@ -144,7 +144,9 @@ fn work(
         // Drain like the uplink: read in tier order, acknowledge only debug batches (SLO and
         // safety stay handed out until the next restart, so their losses stay countable).
         for _ in 0..rng.below(4) {
-            let Some(batch) = queue.next_batch(limits)? else { break };
+            let Some(batch) = queue.next_batch(limits)? else {
+                break;
+            };
             if batch.tier() == Tier::Debug && rng.below(2) == 0 {
                 let (first, last) = (batch.first_seq(), batch.last_seq());
                 queue.ack(Tier::Debug, first..=last, SystemTime::now());

@@ -1,5 +1,5 @@
 //! Runs the `queue-workload` binary as a real child process and kills it with SIGKILL.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::Read;
 use std::path::Path;

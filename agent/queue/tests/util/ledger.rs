@@ -62,7 +62,9 @@ impl Ledger {
                         ));
                     }
                 }
-                "A" => self.acked.push((epoch, num(1)? as usize - 1, num(2)?, num(3)?)),
+                "A" => self
+                    .acked
+                    .push((epoch, num(1)? as usize - 1, num(2)?, num(3)?)),
                 "R" => {}
                 other => return Err(format!("unknown line kind {other:?}")),
             }
@@ -81,7 +83,10 @@ impl Ledger {
             if let Some(name) = name_of(event)
                 && let Some(other) = names.insert(name.to_owned(), (*tier, *seq))
             {
-                return Err(format!("{name} stored twice: {other:?} and {:?}", (tier, seq)));
+                return Err(format!(
+                    "{name} stored twice: {other:?} and {:?}",
+                    (tier, seq)
+                ));
             }
         }
         let mut missing = [0u64; 3];

@@ -77,16 +77,19 @@ pub fn read_everything(queue: &mut Queue) -> BTreeMap<(Tier, u64), Event> {
         for (seq, bytes) in batch.records() {
             let event = Event::decode(bytes).unwrap();
             assert_eq!(event.seq, seq, "stored seq differs from its key");
-            assert!(all.insert((batch.tier(), seq), event).is_none(), "seq handed out twice");
+            assert!(
+                all.insert((batch.tier(), seq), event).is_none(),
+                "seq handed out twice"
+            );
         }
     }
     queue.requeue_unacked();
     all
 }
 
+pub mod child;
 pub mod ledger;
 pub mod system;
-pub mod child;
 
 /// The configuration `queue-workload` uses, for opening its queue in the test process.
 pub fn roomy_config_with_budget(dir: &Path, budget: u64) -> QueueConfig {

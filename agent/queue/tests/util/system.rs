@@ -46,7 +46,10 @@ pub fn make_ext4(image: &Path, bytes: u64) -> Result<(), String> {
     let file = std::fs::File::create(image).map_err(|e| e.to_string())?;
     file.set_len(bytes).map_err(|e| e.to_string())?;
     drop(file);
-    run("mkfs.ext4", &["-q", "-F", "-m", "0", image.to_str().unwrap()])
+    run(
+        "mkfs.ext4",
+        &["-q", "-F", "-m", "0", image.to_str().unwrap()],
+    )
 }
 
 /// An image mounted through a loop device; unmounted (and the loop device released) on drop.
@@ -130,10 +133,7 @@ impl Drop for WritebackHeld {
             }
             if !is_bytes && knob.ends_with("_ratio") {
                 let bytes_knob = knob.replace("_ratio", "_bytes");
-                let bytes_set = self
-                    .saved
-                    .iter()
-                    .any(|(k, v)| *k == bytes_knob && v != "0");
+                let bytes_set = self.saved.iter().any(|(k, v)| *k == bytes_knob && v != "0");
                 if bytes_set {
                     continue;
                 }
