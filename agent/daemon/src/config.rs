@@ -116,6 +116,35 @@ struct RawMachine {
 #[serde(deny_unknown_fields)]
 struct RawQueue {
     dir: PathBuf,
+    budget_bytes: Option<u64>,
+    cache_bytes: Option<u64>,
+    max_record_bytes: Option<u32>,
+    #[serde(default)]
+    share_percent: RawPerTier<u8>,
+    #[serde(default)]
+    max_age_s: RawPerTier<u64>,
+    safety_flush_ms: Option<u64>,
+    bulk_flush_ms: Option<u64>,
+    /// 0 disables the alarm.
+    offline_window_alarm_s: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPerTier<T> {
+    safety: Option<T>,
+    slo: Option<T>,
+    debug: Option<T>,
+}
+
+impl<T> Default for RawPerTier<T> {
+    fn default() -> Self {
+        Self {
+            safety: None,
+            slo: None,
+            debug: None,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +175,18 @@ struct RawUplink {
     compression_level: i32,
     #[serde(default = "default_true")]
     retry_when_no_subscribers: bool,
+    #[serde(default)]
+    topics: RawTopics,
+}
+
+/// Topic overrides, for brokers that remap topics (bridges, mount points).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTopics {
+    safety: Option<String>,
+    slo: Option<String>,
+    debug: Option<String>,
+    status: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,7 +197,7 @@ struct RawTls {
     key: PathBuf,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScheduling {
     #[serde(default)]
@@ -165,6 +206,16 @@ struct RawScheduling {
     control_loop_cores: Vec<usize>,
     #[serde(default = "default_true")]
     idle_priority: bool,
+}
+
+impl Default for RawScheduling {
+    fn default() -> Self {
+        Self {
+            cores: Vec::new(),
+            control_loop_cores: Vec::new(),
+            idle_priority: true,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -243,11 +294,13 @@ pub struct Machine {
     pub class: String,
 }
 
-/// Queue location.
+/// Queue settings, validated by the queue itself.
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
     /// Directory holding the queue database (and its quarantine folder).
     pub dir: PathBuf,
+    /// The queue's own configuration.
+    pub queue: edgewatch_queue::ValidConfig,
 }
 
 /// mTLS material.
@@ -292,6 +345,8 @@ pub struct Uplink {
     pub compression_level: i32,
     /// Keep and retry a batch the broker took but had no subscriber for (PUBACK 0x10).
     pub retry_when_no_subscribers: bool,
+    /// Topics replacing the standard ones, by `safety`, `slo`, `debug` or `status`.
+    pub topic_overrides: std::collections::BTreeMap<&'static str, String>,
 }
 
 /// Placement of the agent on the machine's cores.
@@ -339,14 +394,63 @@ impl Config {
             key: String::new(),
             message: error.to_string(),
         })?;
-        let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
-            ConfigError::Parse {
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(deserializer).map_err(|error| ConfigError::Parse {
                 path: path.to_owned(),
                 key: error.path().to_string(),
                 message: error.inner().message().to_owned(),
-            }
-        })?;
+            })?;
         raw.validate()
+    }
+}
+
+impl RawQueue {
+    fn into_queue_config(self) -> Result<edgewatch_queue::ValidConfig, ConfigError> {
+        let mut config = edgewatch_queue::QueueConfig::new(self.dir);
+        if let Some(value) = self.budget_bytes {
+            config.budget_bytes = value;
+        }
+        if let Some(value) = self.cache_bytes {
+            config.cache_bytes = value;
+        }
+        if let Some(value) = self.max_record_bytes {
+            config.max_record_bytes = value;
+        }
+        let shares = self.share_percent;
+        config.share_percent.safety = shares.safety.unwrap_or(config.share_percent.safety);
+        config.share_percent.slo = shares.slo.unwrap_or(config.share_percent.slo);
+        config.share_percent.debug = shares.debug.unwrap_or(config.share_percent.debug);
+        // 0 seconds: keep records until delivered or evicted.
+        let age = |seconds: Option<u64>, default| match seconds {
+            Some(0) => None,
+            Some(seconds) => Some(Duration::from_secs(seconds)),
+            None => default,
+        };
+        config.max_age.safety = age(self.max_age_s.safety, config.max_age.safety);
+        config.max_age.slo = age(self.max_age_s.slo, config.max_age.slo);
+        config.max_age.debug = age(self.max_age_s.debug, config.max_age.debug);
+        if let Some(ms) = self.safety_flush_ms {
+            config.safety_flush_interval = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.bulk_flush_ms {
+            config.bulk_flush_interval = Duration::from_millis(ms);
+        }
+        if let Some(seconds) = self.offline_window_alarm_s {
+            config.offline_window_threshold = (seconds > 0).then(|| Duration::from_secs(seconds));
+        }
+        config.validate().map_err(|error| {
+            // The queue names its own fields; give them the file's names.
+            let key = match error.key {
+                "dir" => "queue.dir".to_owned(),
+                "max_age.safety" | "max_age.slo" | "max_age.debug" => {
+                    format!("queue.max_age_s.{}", &error.key["max_age.".len()..])
+                }
+                "safety_flush_interval" => "queue.safety_flush_ms".to_owned(),
+                "bulk_flush_interval" => "queue.bulk_flush_ms".to_owned(),
+                other => format!("queue.{other}"),
+            };
+            ConfigError::invalid(&key, error.reason)
+        })
     }
 }
 
@@ -359,9 +463,7 @@ impl RawConfig {
             .map_err(|e| ConfigError::invalid("machine.site", e.to_string()))?;
         validate_id(&self.machine.class)
             .map_err(|e| ConfigError::invalid("machine.class", e.to_string()))?;
-        if self.queue.dir.as_os_str().is_empty() {
-            return Err(ConfigError::invalid("queue.dir", "must not be empty"));
-        }
+        let queue = self.queue.into_queue_config()?;
 
         let uplink = self.uplink;
         if uplink.host.is_empty() {
@@ -424,14 +526,28 @@ impl RawConfig {
                 "must be 0 (unlimited) or at least 1024",
             ));
         }
-        let client_id = uplink
-            .client_id
-            .unwrap_or_else(|| self.machine.id.clone());
+        let client_id = uplink.client_id.unwrap_or_else(|| self.machine.id.clone());
         if client_id.is_empty() || client_id.len() > 128 {
             return Err(ConfigError::invalid(
                 "uplink.client_id",
                 "must be 1 to 128 bytes",
             ));
+        }
+        let mut topic_overrides = std::collections::BTreeMap::new();
+        for (name, topic) in [
+            ("safety", uplink.topics.safety),
+            ("slo", uplink.topics.slo),
+            ("debug", uplink.topics.debug),
+            ("status", uplink.topics.status),
+        ] {
+            let Some(topic) = topic else { continue };
+            if topic.is_empty() || topic.len() > 1024 || topic.contains(['+', '#', '\0']) {
+                return Err(ConfigError::invalid(
+                    &format!("uplink.topics.{name}"),
+                    "must be a non-empty topic name without wildcards",
+                ));
+            }
+            topic_overrides.insert(name, topic);
         }
         let tls = uplink.tls.map(|tls| Tls {
             ca: tls.ca,
@@ -445,7 +561,9 @@ impl RawConfig {
         if let Some(shared) = cores.intersection(&control_loop_cores).next() {
             return Err(ConfigError::invalid(
                 "scheduling.cores",
-                format!("core {shared} is also in scheduling.control_loop_cores; the agent never shares a core with a control loop"),
+                format!(
+                    "core {shared} is also in scheduling.control_loop_cores; the agent never shares a core with a control loop"
+                ),
             ));
         }
         if cores.is_empty() && !control_loop_cores.is_empty() {
@@ -480,11 +598,11 @@ impl RawConfig {
 
         let socket = ingest
             .socket
-            .unwrap_or_else(|| self.queue.dir.join("agent.sock"));
+            .unwrap_or_else(|| queue.get().dir.join("agent.sock"));
         let status_file = self
             .status
             .file
-            .unwrap_or_else(|| self.queue.dir.join("status.json"));
+            .unwrap_or_else(|| queue.get().dir.join("agent-status.json"));
 
         Ok(Config {
             machine: Machine {
@@ -493,7 +611,8 @@ impl RawConfig {
                 class: self.machine.class,
             },
             queue: QueueSettings {
-                dir: self.queue.dir,
+                dir: queue.get().dir.clone(),
+                queue,
             },
             uplink: Uplink {
                 host: uplink.host,
@@ -511,6 +630,7 @@ impl RawConfig {
                 initial_delay_max: Duration::from_millis(uplink.initial_delay_max_ms),
                 compression_level: uplink.compression_level,
                 retry_when_no_subscribers: uplink.retry_when_no_subscribers,
+                topic_overrides,
             },
             scheduling: Scheduling {
                 cores,
@@ -556,10 +676,20 @@ port = 8883
     fn a_minimal_file_gets_documented_defaults() {
         let config = parse(MINIMAL).unwrap();
         assert_eq!(config.uplink.client_id, "truck-17");
-        assert_eq!(config.uplink.keepalive, Duration::from_secs(DEFAULT_KEEPALIVE_S));
+        assert_eq!(
+            config.uplink.keepalive,
+            Duration::from_secs(DEFAULT_KEEPALIVE_S)
+        );
         assert_eq!(config.uplink.inflight, DEFAULT_INFLIGHT);
         assert_eq!(config.uplink.bandwidth_bytes_per_s, None);
-        assert_eq!(config.ingest.socket, Path::new("/var/lib/edgewatch/agent.sock"));
+        assert_eq!(
+            config.ingest.socket,
+            Path::new("/var/lib/edgewatch/agent.sock")
+        );
+        assert_eq!(
+            config.queue.queue.get().budget_bytes,
+            edgewatch_queue::config::DEFAULT_BUDGET_BYTES
+        );
         assert_eq!(config.ingest.mode, 0o660);
         assert!(config.scheduling.idle_priority);
     }
@@ -567,10 +697,10 @@ port = 8883
     #[test]
     fn an_unknown_key_is_named_with_its_section() {
         let error = parse(&format!("{MINIMAL}keepalive = 3\n")).unwrap_err();
-        assert_eq!(error.key(), Some("uplink"));
-        assert!(error.to_string().contains("keepalive"), "{error}");
+        assert_eq!(error.key(), Some("uplink.keepalive"));
+        assert!(error.to_string().contains("unknown field"), "{error}");
         let error = parse(&MINIMAL.replace("[queue]", "[queue]\nbudget_typo = 1")).unwrap_err();
-        assert_eq!(error.key(), Some("queue"));
+        assert_eq!(error.key(), Some("queue.budget_typo"));
         assert!(error.to_string().contains("budget_typo"), "{error}");
     }
 
@@ -592,8 +722,14 @@ port = 8883
             ("port = 8883\nkeepalive_s = 2", "uplink.keepalive_s"),
             ("port = 8883\ninflight = 0", "uplink.inflight"),
             ("port = 8883\nbackoff_min_ms = 0", "uplink.backoff_min_ms"),
-            ("port = 8883\nmax_batch_bytes = 10", "uplink.max_batch_bytes"),
-            ("port = 8883\nbandwidth_bytes_per_s = 5", "uplink.bandwidth_bytes_per_s"),
+            (
+                "port = 8883\nmax_batch_bytes = 10",
+                "uplink.max_batch_bytes",
+            ),
+            (
+                "port = 8883\nbandwidth_bytes_per_s = 5",
+                "uplink.bandwidth_bytes_per_s",
+            ),
             ("port = 0", "uplink.port"),
         ] {
             let error = parse(&MINIMAL.replace("port = 8883", edit)).unwrap_err();
@@ -601,11 +737,16 @@ port = 8883
         }
         let error = parse(&MINIMAL.replace("truck-17", "truck/17")).unwrap_err();
         assert_eq!(error.key(), Some("machine.id"));
+        let error = parse(&MINIMAL.replace("[queue]", "[queue]\nbudget_bytes = 10")).unwrap_err();
+        assert_eq!(error.key(), Some("queue.budget_bytes"));
+        let error = parse(&MINIMAL.replace("[queue]", "[queue]\nsafety_flush_ms = 0")).unwrap_err();
+        assert_eq!(error.key(), Some("queue.safety_flush_ms"));
     }
 
     #[test]
     fn agent_cores_overlapping_a_control_loop_core_are_refused() {
-        let text = format!("{MINIMAL}\n[scheduling]\ncores = [0, 1]\ncontrol_loop_cores = [1, 2]\n");
+        let text =
+            format!("{MINIMAL}\n[scheduling]\ncores = [0, 1]\ncontrol_loop_cores = [1, 2]\n");
         let error = parse(&text).unwrap_err();
         assert_eq!(error.key(), Some("scheduling.cores"));
         assert!(error.to_string().contains("core 1"), "{error}");

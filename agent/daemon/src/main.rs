@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use edgewatch_agent::config::Config;
 
-/// Exit status for a configuration error (EX_CONFIG would be 78; sysexits' EX_USAGE, 64, is what
-/// operators' tooling here expects for "fix your config").
+/// Exit status for a configuration error: 64, as the deployment tooling expects.
 const EXIT_BAD_CONFIG: u8 = 64;
 
 #[derive(Debug, Parser)]
@@ -58,6 +57,20 @@ enum Command {
     },
 }
 
+/// Exit status for bad command-line arguments.
+const EXIT_USAGE: u8 = 64;
+
+/// Logs go to stderr (the journal under systemd); `RUST_LOG` filters them.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|error| {
         eprintln!("edgewatch-agent: configuration error: {error}");
@@ -76,11 +89,30 @@ fn main() -> ExitCode {
             Err(code) => return code,
         },
         Command::Run { config } => match load(&config) {
-            Ok(config) => edgewatch_agent::run::run(config),
+            Ok(config) => {
+                init_logging();
+                edgewatch_agent::run::run(config).map_err(anyhow::Error::from)
+            }
             Err(code) => return code,
         },
         Command::Status { config, json } => match load(&config) {
-            Ok(config) => edgewatch_agent::status::print(&config, json),
+            Ok(config) => {
+                let status = edgewatch_agent::status::read(&config);
+                if json {
+                    match serde_json::to_string_pretty(&status) {
+                        Ok(text) => println!("{text}"),
+                        Err(error) => eprintln!("edgewatch-agent: {error}"),
+                    }
+                } else {
+                    print!("{}", edgewatch_agent::status::render_text(&status));
+                }
+                if status.agent_running {
+                    Ok(())
+                } else {
+                    // Status printed, but say so in the exit code for scripts.
+                    return ExitCode::from(3);
+                }
+            }
             Err(code) => return code,
         },
         Command::Emit {
@@ -89,7 +121,17 @@ fn main() -> ExitCode {
             kind,
             attrs,
         } => match load(&config) {
-            Ok(config) => edgewatch_agent::ingest::emit(&config, &tier, &kind, &attrs),
+            Ok(config) => match edgewatch_agent::ingest::emit(&config, &tier, &kind, &attrs) {
+                Ok(seq) => {
+                    println!("accepted: {tier} seq {seq}");
+                    Ok(())
+                }
+                Err(edgewatch_agent::ingest::EmitError::Usage(message)) => {
+                    eprintln!("edgewatch-agent emit: {message}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+                Err(error) => Err(anyhow::Error::from(error)),
+            },
             Err(code) => return code,
         },
     };

@@ -16,7 +16,9 @@ use crate::config::Scheduling;
 #[derive(Debug, thiserror::Error)]
 pub enum PlacementError {
     /// The agent's cores overlap a control-loop core.
-    #[error("agent core {0} is a control-loop core; the agent never shares a core with a control loop")]
+    #[error(
+        "agent core {0} is a control-loop core; the agent never shares a core with a control loop"
+    )]
     SharesControlLoopCore(usize),
     /// A requested core does not exist on this machine.
     #[error("core {core} does not exist (this machine has cores 0 to {last})")]

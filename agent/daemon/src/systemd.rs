@@ -23,7 +23,11 @@ impl Notifier {
                 // a filesystem path unless configured otherwise.
                 !path.to_string_lossy().starts_with('@')
             })
-            .and_then(|path| UnixDatagram::unbound().ok().map(|socket| (socket, path.into())));
+            .and_then(|path| {
+                UnixDatagram::unbound()
+                    .ok()
+                    .map(|socket| (socket, path.into()))
+            });
         let ours = std::env::var("WATCHDOG_PID")
             .ok()
             .and_then(|pid| pid.parse::<u32>().ok())

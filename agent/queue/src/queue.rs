@@ -109,7 +109,7 @@ impl<'a> ReadBatch<'a> {
     }
 
     /// `(seq, event)` pairs; each event is a complete protobuf `Event` with its `seq` set.
-    pub fn records(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+    pub fn records(&self) -> impl Iterator<Item = (u64, &'a [u8])> + Clone + 'a {
         let bytes = self.bytes;
         self.index
             .iter()
@@ -520,6 +520,16 @@ impl Queue {
     /// The next batch in strict tier order: the first tier (safety, SLO, debug) with a durable
     /// record not yet handed out. `None` when there is nothing to send.
     pub fn next_batch(&mut self, limits: BatchLimits) -> Result<Option<ReadBatch<'_>>, ReadError> {
+        self.next_batch_skipping(limits, PerTier::default())
+    }
+
+    /// Like [`Queue::next_batch`], but never hands out a tier marked in `skip` (e.g. one the
+    /// broker refused, parked for a while); the next tier in order goes instead.
+    pub fn next_batch_skipping(
+        &mut self,
+        limits: BatchLimits,
+        skip: PerTier<bool>,
+    ) -> Result<Option<ReadBatch<'_>>, ReadError> {
         self.batch_index.clear();
         self.batch_bytes.clear();
         let Some(StoreSlot(store)) = &self.store else {
@@ -528,7 +538,7 @@ impl Queue {
         for (ix, tier) in TIERS.into_iter().enumerate() {
             let end = *self.state.next_seq.at(ix);
             let from = *self.cursor.at(ix);
-            if from >= end {
+            if from >= end || *skip.at(ix) {
                 continue;
             }
             let acks = &self.acks;
@@ -1074,6 +1084,12 @@ impl Queue {
         }
         self.status_text = text;
         self.last_status_write = Some(now);
+    }
+
+    /// Rewrites the status snapshot now (the agent calls this on its own timer, so that `status`
+    /// stays current while nothing is appended or flushed).
+    pub fn refresh_status_snapshot(&mut self, now: SystemTime) {
+        self.write_status(now);
     }
 }
 

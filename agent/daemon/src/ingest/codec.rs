@@ -36,9 +36,6 @@ pub enum SubmissionError {
     /// The event has no kind, or one that local applications may not submit.
     #[error("event kind {0} cannot be submitted locally")]
     Kind(&'static str),
-    /// The client exceeded its rate.
-    #[error("rate limit exceeded")]
-    RateLimited,
 }
 
 impl SubmissionError {
@@ -244,7 +241,10 @@ mod tests {
             Tier::Unspecified,
             event::Kind::Custom(CustomEvent::default()),
         );
-        assert_eq!(decode_submission(&no_tier).unwrap_err(), SubmissionError::Tier);
+        assert_eq!(
+            decode_submission(&no_tier).unwrap_err(),
+            SubmissionError::Tier
+        );
         assert!(matches!(
             decode_submission(b"\xff\xff\xff"),
             Err(SubmissionError::Malformed(_))

@@ -90,6 +90,19 @@ impl<T> Tracker<T> {
         Some(self.inflight.swap_remove(index).1)
     }
 
+    /// The connection is gone: keeps the items that were written under a packet id (their PUBACKs
+    /// may still be handed out, read before the failure) in a new tracker, and forgets the rest.
+    pub fn take_written(&mut self) -> Self {
+        let written = Self {
+            submitted: VecDeque::new(),
+            inflight: std::mem::take(&mut self.inflight),
+            collided: None,
+        };
+        self.collided = None;
+        self.submitted.clear();
+        written
+    }
+
     /// The connection is gone: every outstanding item, for the caller to put back.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
         let collided = self.collided.take().map(|(_, item)| item);
@@ -126,7 +139,11 @@ mod tests {
         tracker.on_outgoing_publish(7).unwrap();
         assert_eq!(tracker.drain().collect::<Vec<_>>(), vec!["a"]);
         tracker.submit("a");
-        assert_eq!(tracker.on_puback(7), None, "stale ack deleted a re-sent record");
+        assert_eq!(
+            tracker.on_puback(7),
+            None,
+            "stale ack deleted a re-sent record"
+        );
         tracker.on_outgoing_publish(8).unwrap();
         assert_eq!(tracker.on_puback(8), Some("a"));
     }
@@ -145,6 +162,18 @@ mod tests {
         tracker.on_outgoing_publish(2).unwrap();
         assert_eq!(tracker.on_puback(1), Some("new"));
         assert_eq!(tracker.on_puback(2), Some("next"));
+    }
+
+    #[test]
+    fn written_items_stay_matchable_after_the_connection_is_gone() {
+        let mut tracker = Tracker::default();
+        tracker.submit("written");
+        tracker.submit("queued");
+        tracker.on_outgoing_publish(4).unwrap();
+        let mut stale = tracker.take_written();
+        assert!(tracker.is_empty());
+        assert_eq!(stale.on_puback(4), Some("written"));
+        assert!(stale.is_empty());
     }
 
     #[test]
