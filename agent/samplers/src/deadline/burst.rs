@@ -9,6 +9,8 @@
 //! - "In a row" means consecutive records: a skipped activation between two misses does not
 //!   break a run (the loop produced nothing on time there either); a met deadline, or records
 //!   lost to a ring overrun, do.
+//! - The caller may hold a report while its run is still open ([`BurstDetector::run_open`]), so
+//!   that one run is one report when it ends soon.
 //! - The window rule looks at cycle numbers: m misses whose first and last cycles are less than
 //!   w apart. Misses already counted into a report are not counted again.
 
@@ -165,6 +167,11 @@ impl BurstDetector {
             }
         }
         self.counted_through = Some(cycle);
+    }
+
+    /// Whether a run that already made a burst is still going (its report may still grow).
+    pub fn run_open(&self) -> bool {
+        self.in_burst
     }
 
     /// Whether a report is waiting.

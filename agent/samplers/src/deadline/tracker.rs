@@ -18,8 +18,9 @@
 //! - A series is never reported with zero counts; its first non-zero value is reported at once
 //!   (so a counter reset after a restart is visible at a low value), then every snapshot while it
 //!   is the current series or changed, and a last time when its epoch ends or it is evicted.
-//! - Safety reports are rate-limited per kind: bursts per rule, anomalies and overruns per probe;
-//!   what happens in between is merged into the next report, never dropped.
+//! - Safety reports are rate-limited per kind: bursts per loop, anomalies and overruns per probe;
+//!   what happens in between is merged into the next report, never dropped. A miss run still
+//!   going is held up to the burst interval, so a run ending within it is one report.
 //! - No allocation in steady state (same producer, same model).
 
 use edgewatch_proto::v1::{self, ModelSource, ModelVersion, ProbeState};
@@ -192,6 +193,8 @@ pub struct LoopTracker {
     machine_mode: AutonomyMode,
     bursts: BurstDetector,
     burst_gate: Gate,
+    /// When the waiting burst report was first seen, CLOCK_MONOTONIC ns.
+    burst_pending_since: Option<u64>,
     anomaly: Pending,
     overrun: Pending,
     autonomy: AutonomyLedger,
@@ -221,6 +224,7 @@ impl LoopTracker {
             own_mode: AutonomyMode::Unknown,
             machine_mode: AutonomyMode::Unknown,
             burst_gate: Gate::default(),
+            burst_pending_since: None,
             anomaly: Pending::default(),
             overrun: Pending::default(),
             autonomy: AutonomyLedger::default(),
@@ -701,8 +705,17 @@ impl LoopTracker {
             self.overrun.count = 0;
             self.overrun.gate.last_ns = Some(t);
         }
+        let burst_min = self.settings.burst_min_interval_ns;
+        if self.bursts.pending() && self.burst_pending_since.is_none() {
+            self.burst_pending_since = Some(t);
+        }
+        // A run still going is held (up to the interval) so that one run is one report.
+        let held_long = self
+            .burst_pending_since
+            .is_some_and(|since| t.saturating_sub(since) >= burst_min);
         if self.bursts.pending()
-            && (all || self.burst_gate.open(t, self.settings.burst_min_interval_ns))
+            && (all
+                || (self.burst_gate.open(t, burst_min) && (!self.bursts.run_open() || held_long)))
         {
             let mode = wire_mode(self.mode());
             for b in self.bursts.take().into_iter().flatten() {
@@ -714,6 +727,7 @@ impl LoopTracker {
                 self.counts.bursts += 1;
             }
             self.burst_gate.last_ns = Some(t);
+            self.burst_pending_since = None;
         }
     }
 

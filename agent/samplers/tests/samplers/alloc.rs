@@ -137,7 +137,9 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
         if !counting
             && written.load(Ordering::Acquire) >= WARM_UP_RECORDS
             && sink.snapshots > 0
-            && watcher.current().is_some_and(|m| !m.engine_sha256.is_empty())
+            && watcher
+                .current()
+                .is_some_and(|m| !m.engine_sha256.is_empty())
         {
             counting = true;
             counted_from = (written.load(Ordering::Acquire), sink.events);
@@ -167,11 +169,17 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
         sink.snapshots, sink.bursts, sink.fallbacks
     );
     assert_eq!(allocations, 0, "allocations in steady state");
-    assert!(events_counted > 100, "{events_counted} events in the counted phase");
+    assert!(
+        events_counted > 100,
+        "{events_counted} events in the counted phase"
+    );
     assert!(sink.bursts >= 30, "{} bursts", sink.bursts);
     assert!(sink.autonomy > 10, "{} autonomy snapshots", sink.autonomy);
     assert_eq!(sink.fallback_total, RECORDS / 1000);
-    assert_eq!(sink.last_cycles, RECORDS, "the last snapshot holds every cycle");
+    assert_eq!(
+        sink.last_cycles, RECORDS,
+        "the last snapshot holds every cycle"
+    );
     assert_eq!(sink.last_misses, misses.load(Ordering::Relaxed));
     drop(w);
 }

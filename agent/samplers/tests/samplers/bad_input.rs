@@ -95,7 +95,10 @@ fn truncated_garbage_wrong_magic_wrong_abi_and_misnamed_files_are_refused_and_ot
     let a = anomalies(&sink, &misnamed);
     assert_eq!(a.len(), 1);
     assert!(a[0].detail.contains("loop name"), "{}", a[0].detail);
-    let faulty = s.status(now()).filter(|l| l.state == LoopState::Faulty).count();
+    let faulty = s
+        .status(now())
+        .filter(|l| l.state == LoopState::Faulty)
+        .count();
     assert_eq!(faulty, cases.len() + 1);
     assert!(
         s.status(now())
@@ -168,7 +171,11 @@ fn nonsense_values_from_a_live_producer_are_counted_and_rate_limited_anomalies()
         s.poll(now(), None, &mut sink);
     }
     let a = anomalies(&sink, &path);
-    assert_eq!(a.len(), 1, "one report per interval, however many polls found it");
+    assert_eq!(
+        a.len(),
+        1,
+        "one report per interval, however many polls found it"
+    );
     assert!(a[0].detail.contains("autonomy mode"), "{}", a[0].detail);
     let st = s.status(now()).next().unwrap();
     assert_eq!(st.counts.anomalies, 49);
@@ -184,8 +191,16 @@ fn nonsense_values_from_a_live_producer_are_counted_and_rate_limited_anomalies()
     drop(w);
     s.poll(now(), None, &mut sink);
     let a = anomalies(&sink, &path);
-    assert_eq!(a.len(), 2, "the pending count is reported when the producer goes");
-    assert!(a[1].detail.contains("since the last report"), "{}", a[1].detail);
+    assert_eq!(
+        a.len(),
+        2,
+        "the pending count is reported when the producer goes"
+    );
+    assert!(
+        a[1].detail.contains("since the last report"),
+        "{}",
+        a[1].detail
+    );
     let st = s.status(now()).next().unwrap();
     assert!(st.counts.anomalies >= 52, "{}", st.counts.anomalies);
     assert_eq!(st.counts.misses, 0, "an implausible summary is not counted");

@@ -18,7 +18,8 @@ fn hex(data: &[u8]) -> String {
 fn tick_until_hashed(w: &mut ModelWatcher, sink: &mut CollectingSink) -> usize {
     for n in 1..1000 {
         w.tick(now(), sink);
-        if w.current().is_some_and(|m| !m.engine_sha256.is_empty()) && w.status().hashing.is_none() {
+        if w.current().is_some_and(|m| !m.engine_sha256.is_empty()) && w.status().hashing.is_none()
+        {
             return n;
         }
     }
@@ -63,13 +64,19 @@ fn the_engine_is_hashed_in_steps_once_per_file_version_and_a_deploy_is_one_chang
     let ticks = tick_until_hashed(&mut w, &mut sink);
     assert_eq!(ticks, 3, "1 MiB per tick over a 2.9 MiB engine");
     let m = w.current().unwrap();
-    assert_eq!((m.name.as_str(), m.version.as_str()), ("haul-perception", "4.2.1"));
+    assert_eq!(
+        (m.name.as_str(), m.version.as_str()),
+        ("haul-perception", "4.2.1")
+    );
     assert_eq!(m.engine_sha256, hex(&engine_v1));
     assert_eq!(m.tensorrt_version, "8.6.2");
     assert_eq!(m.source(), ModelSource::Manifest);
     for _ in 0..10 {
         w.tick(now(), &mut sink);
-        assert!(w.status().hashing.is_none(), "an unchanged engine is not hashed again");
+        assert!(
+            w.status().hashing.is_none(),
+            "an unchanged engine is not hashed again"
+        );
     }
     assert!(changes(&sink).is_empty(), "the first identity is no change");
 
@@ -89,7 +96,10 @@ fn the_engine_is_hashed_in_steps_once_per_file_version_and_a_deploy_is_one_chang
         "4.3.0",
         "counters switch at once"
     );
-    assert!(changes(&sink).is_empty(), "reported once the engine is hashed");
+    assert!(
+        changes(&sink).is_empty(),
+        "reported once the engine is hashed"
+    );
     tick_until_hashed(&mut w, &mut sink);
     assert_eq!(
         changes(&sink),
@@ -126,10 +136,18 @@ fn a_missing_or_broken_manifest_means_an_unknown_model_and_a_stated_problem() {
     w.tick(now(), &mut sink);
     assert!(w.current().is_none());
     assert!(w.status().problem.unwrap().contains("not found"));
-    std::fs::write(&manifest, br#"{"name": "x", "version": "1", "engine_sha256": "abc"}"#).unwrap();
+    std::fs::write(
+        &manifest,
+        br#"{"name": "x", "version": "1", "engine_sha256": "abc"}"#,
+    )
+    .unwrap();
     w.tick(now(), &mut sink);
     assert!(w.current().is_none());
-    assert!(w.status().problem.unwrap().contains("engine_sha256"), "{:?}", w.status().problem);
+    assert!(
+        w.status().problem.unwrap().contains("engine_sha256"),
+        "{:?}",
+        w.status().problem
+    );
     let declared = "ab".repeat(32);
     std::fs::write(
         &manifest,
@@ -138,7 +156,10 @@ fn a_missing_or_broken_manifest_means_an_unknown_model_and_a_stated_problem() {
     .unwrap();
     w.tick(now(), &mut sink);
     let m = w.current().unwrap();
-    assert_eq!(m.engine_sha256, declared, "a declared hash stands when there is no engine to hash");
+    assert_eq!(
+        m.engine_sha256, declared,
+        "a declared hash stands when there is no engine to hash"
+    );
     assert!(w.status().problem.is_none());
     std::fs::write(
         &manifest,
@@ -147,5 +168,8 @@ fn a_missing_or_broken_manifest_means_an_unknown_model_and_a_stated_problem() {
     .unwrap();
     w.tick(now(), &mut sink);
     assert!(w.status().problem.unwrap().contains("missing.engine"));
-    assert!(sink.events.is_empty(), "no change is reported for an incomplete identity");
+    assert!(
+        sink.events.is_empty(),
+        "no change is reported for an incomplete identity"
+    );
 }

@@ -14,7 +14,11 @@ pub fn write_cycles(w: &mut ProbeWriter, base_ns: u64, from: u64, n: u64, over: 
     let (period, budget) = (1_000_000, 800_000);
     for k in from..from + n {
         let release = base_ns + k * period;
-        let duration = if over.contains(&k) { 2 * budget } else { budget / 2 };
+        let duration = if over.contains(&k) {
+            2 * budget
+        } else {
+            budget / 2
+        };
         w.record(&Cycle {
             cycle: k,
             release_ns: release,
@@ -47,7 +51,10 @@ fn counters_match_the_header_exactly_even_when_the_ring_overruns() {
     let mut sink = CollectingSink::default();
     s.poll(now(), None, &mut sink);
     assert_eq!(s.status(now()).next().unwrap().state, LoopState::Waiting);
-    assert!(sink.events.is_empty(), "a probe not yet started is no anomaly");
+    assert!(
+        sink.events.is_empty(),
+        "a probe not yet started is no anomaly"
+    );
 
     let mut w = writer(&path, "steer", 16);
     // The reader opens at the oldest record still in the ring; open it before the overrun.
@@ -67,7 +74,10 @@ fn counters_match_the_header_exactly_even_when_the_ring_overruns() {
     assert_eq!(first.len(), 1, "a new series is reported at once");
     assert_eq!((first[0].cycles, first[0].misses), (1000, 100));
     assert_eq!(first[0].producer_epoch, w.handle().epoch());
-    assert_eq!((first[0].period_ns, first[0].budget_ns), (1_000_000, 800_000));
+    assert_eq!(
+        (first[0].period_ns, first[0].budget_ns),
+        (1_000_000, 800_000)
+    );
 
     // Two activations skipped (1002 and 1003), then 500 more cycles, again overrunning.
     write_cycles(&mut w, base, 1000, 2, &[]);
@@ -155,7 +165,10 @@ fn header_counters_model_versions_and_modes_become_safety_events_and_split_serie
     let c = changes[0];
     assert_eq!(c.control_loop.as_ref().unwrap().loop_name, "plan");
     let (p, n) = (c.previous.as_ref().unwrap(), c.current.as_ref().unwrap());
-    assert_eq!((p.name.as_str(), p.version.as_str(), p.id_hash), ("planner", "1.0", 0xa1));
+    assert_eq!(
+        (p.name.as_str(), p.version.as_str(), p.id_hash),
+        ("planner", "1.0", 0xa1)
+    );
     assert_eq!((n.version.as_str(), n.id_hash), ("2.0", 0xa2));
     assert_eq!(n.source(), v1::ModelSource::Probe);
 
@@ -173,7 +186,10 @@ fn header_counters_model_versions_and_modes_become_safety_events_and_split_serie
     // Final values per model version.
     let mut last = std::collections::BTreeMap::new();
     for c in counters(&sink) {
-        last.insert(c.model.as_ref().unwrap().version.clone(), (c.cycles, c.misses));
+        last.insert(
+            c.model.as_ref().unwrap().version.clone(),
+            (c.cycles, c.misses),
+        );
     }
     assert_eq!(last["1.0"], (100, 0));
     assert_eq!(last["2.0"], (50, 5));
@@ -185,9 +201,8 @@ fn header_counters_model_versions_and_modes_become_safety_events_and_split_serie
         assert_eq!(a.modes.len(), 4);
         auto.insert(a.model.as_ref().unwrap().version.clone(), a.modes.clone());
     }
-    let secs = |v: &str, m: v1::AutonomyMode| {
-        auto[v].iter().find(|x| x.mode() == m).unwrap().seconds
-    };
+    let secs =
+        |v: &str, m: v1::AutonomyMode| auto[v].iter().find(|x| x.mode() == m).unwrap().seconds;
     assert!(secs("1.0", v1::AutonomyMode::Autonomous) > 0.0);
     assert!(secs("2.0", v1::AutonomyMode::Manual) > 0.0);
     assert_eq!(secs("1.0", v1::AutonomyMode::Manual), 0.0);
@@ -209,10 +224,16 @@ fn misses_in_a_row_and_misses_in_a_window_are_reported_as_bursts() {
     })
     .collect();
     assert_eq!(bursts.len(), 2, "one per rule");
-    let c = bursts.iter().find(|b| b.rule() == BurstRule::Consecutive).unwrap();
+    let c = bursts
+        .iter()
+        .find(|b| b.rule() == BurstRule::Consecutive)
+        .unwrap();
     assert_eq!((c.misses, c.first_cycle, c.last_cycle), (4, 10, 13));
     assert_eq!((c.window_cycles, c.worst_duration_ns), (3, 1_600_000));
-    let w_ = bursts.iter().find(|b| b.rule() == BurstRule::Window).unwrap();
+    let w_ = bursts
+        .iter()
+        .find(|b| b.rule() == BurstRule::Window)
+        .unwrap();
     assert_eq!((w_.misses, w_.first_cycle, w_.last_cycle), (7, 10, 70));
     assert_eq!(w_.control_loop.as_ref().unwrap().loop_name, "steer");
 }
@@ -241,7 +262,35 @@ fn bursts_closer_than_the_minimum_interval_are_merged_not_dropped() {
         _ => None,
     })
     .collect();
-    assert_eq!(bursts.len(), 2, "the first at once, the rest merged into the last");
+    assert_eq!(
+        bursts.len(),
+        2,
+        "the first at once, the rest merged into the last"
+    );
     assert_eq!(bursts.iter().map(|b| b.misses).sum::<u64>(), 15);
     assert_eq!((bursts[1].first_cycle, bursts[1].last_cycle), (101, 403));
+}
+
+#[test]
+fn a_miss_run_spanning_two_polls_is_one_report() {
+    let dir = scratch();
+    let path = dir.path().join("a.probe");
+    let cfg = config(vec![probe(&path)], 1000.0, |d| {
+        d.burst_min_interval_s = Some(1.0);
+    });
+    let mut s = DeadlineSampler::new(cfg, now());
+    let mut sink = CollectingSink::default();
+    let mut w = writer(&path, "steer", 4096);
+    let base = now().monotonic_ns;
+    write_cycles(&mut w, base, 0, 14, &[10, 11, 12, 13]);
+    s.poll(now(), None, &mut sink);
+    write_cycles(&mut w, base, 14, 10, &[14, 15]);
+    s.poll(now(), None, &mut sink);
+    let bursts: Vec<_> = picked(&sink, Tier::Safety, |k| match k {
+        Kind::DeadlineMissBurst(b) if b.rule() == BurstRule::Consecutive => Some(b),
+        _ => None,
+    })
+    .map(|b| (b.first_cycle, b.last_cycle, b.misses))
+    .collect();
+    assert_eq!(bursts, vec![(10, 15, 6)]);
 }

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use edgewatch_proto::v1::{Event, ProbeState, Tier, event::Kind};
 use edgewatch_samplers::deadline::{DeadlineConfig, RawDeadlineSection, RawProbeSection};
@@ -77,18 +76,13 @@ pub fn states(sink: &CollectingSink, loop_name: &str) -> Vec<ProbeState> {
         Kind::ProbeStatus(s) => Some(s),
         _ => None,
     })
-    .filter(|s| s.control_loop.as_ref().is_some_and(|l| l.loop_name == loop_name))
+    .filter(|s| {
+        s.control_loop
+            .as_ref()
+            .is_some_and(|l| l.loop_name == loop_name)
+    })
     .map(|s| s.state())
     .collect()
-}
-
-/// Waits (bounded) until `f` holds, calling it every few milliseconds.
-pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The `edgewatch-synthetic-loop` binary of this workspace, built for the profile these tests
@@ -103,7 +97,11 @@ pub fn synthetic_loop() -> &'static Path {
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-        let profile = profile_dir.file_name().unwrap().to_string_lossy().into_owned();
+        let profile = profile_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let target_dir = profile_dir.parent().unwrap();
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -113,7 +111,14 @@ pub fn synthetic_loop() -> &'static Path {
             .args(["build", "--quiet", "-p", "edgewatch-synthetic-loop"])
             .env("CARGO_TARGET_DIR", target_dir);
         if profile != "debug" {
-            build.args(["--profile", if profile == "release" { "release" } else { &profile }]);
+            build.args([
+                "--profile",
+                if profile == "release" {
+                    "release"
+                } else {
+                    &profile
+                },
+            ]);
         }
         let status = build.status().unwrap();
         assert!(status.success(), "building edgewatch-synthetic-loop failed");
