@@ -937,3 +937,6 @@ fn fmt_u64(buf: &mut [u8; 20], mut v: u64) -> &str {
 pub fn wire(m: AutonomyMode) -> v1::AutonomyMode {
     wire_mode(m)
 }
+
+#[cfg(test)]
+mod tests;
