@@ -125,6 +125,11 @@ impl EngineHasher {
         self.job.as_ref().map(|j| j.key)
     }
 
+    /// Bytes hashed and total of the current job.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        self.job.as_ref().map(|j| (j.offset, j.key.size))
+    }
+
     /// Starts hashing `path` (replacing any job). The key is taken from the opened fd.
     pub fn start(&mut self, path: &Path) -> Result<FileKey, HashError> {
         self.job = None;

@@ -353,7 +353,7 @@ impl ModelWatcher {
 
     /// What the watcher knows, for the agent's `status` command.
     pub fn status(&self) -> ModelStatus<'_> {
-        let hashing = self.hasher.job_key().map(|k| (0, k.size));
+        let hashing = self.hasher.progress();
         ModelStatus {
             manifest: &self.cfg.manifest,
             current: self.current.as_ref(),
