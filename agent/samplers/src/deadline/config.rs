@@ -262,6 +262,13 @@ fn bounds(
     }
 }
 
+impl RawDeadlineSection {
+    /// Validates this section with the `[[probe]]` list; errors name their key.
+    pub fn validate(&self, probes: &[RawProbeSection]) -> Result<DeadlineConfig, ConfigError> {
+        DeadlineConfig::from_raw(self, probes)
+    }
+}
+
 impl DeadlineConfig {
     /// Validates the `[deadline]` section and the `[[probe]]` list.
     pub fn from_raw(

@@ -66,6 +66,13 @@ pub struct ModelConfig {
     pub hash_step_bytes: u64,
 }
 
+impl RawModelSection {
+    /// Validates this section; `None` when no manifest is configured. Errors name their key.
+    pub fn validate(&self) -> Result<Option<ModelConfig>, ConfigError> {
+        ModelConfig::from_raw(self)
+    }
+}
+
 impl ModelConfig {
     /// Validates `[model]`; `None` when no manifest is configured.
     pub fn from_raw(raw: &RawModelSection) -> Result<Option<ModelConfig>, ConfigError> {
@@ -485,6 +492,8 @@ impl ModelWatcher {
             Ok(Step::Idle | Step::Progress { .. }) => false,
             Ok(Step::Done { key, digest }) => {
                 self.engine_digest = Some((key, hasher::hex(&digest)));
+                // A problem with an earlier engine is over once this one is hashed.
+                self.problem = None;
                 if self.engine_key != Some(key) {
                     // The file changed since; the next check starts again.
                     self.engine_key = None;
@@ -589,4 +598,52 @@ fn read_manifest(path: &Path) -> Result<Manifest, WatchProblem> {
         return Err(WatchProblem::TooLarge { path: p() });
     }
     manifest::parse(&bytes).map_err(|source| WatchProblem::Invalid { path: p(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_section_names_its_bad_keys() {
+        let e = RawModelSection {
+            manifest: Some(PathBuf::from("/m.json")),
+            hash_step_mib: Some(0.0),
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "model.hash_step_mib");
+        let e = RawModelSection {
+            manifest: Some(PathBuf::new()),
+            hash_step_mib: None,
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "model.manifest");
+        let c = RawModelSection {
+            manifest: Some(PathBuf::from("/m.json")),
+            hash_step_mib: None,
+        }
+        .validate()
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.hash_step_bytes, 4 << 20);
+        assert_eq!(RawModelSection::default().validate().unwrap(), None);
+    }
+
+    #[test]
+    fn the_least_recently_used_model_is_evicted_and_handed_back() {
+        let mut t: PerModel<u32, 2> = PerModel::default();
+        let m = |v: &str| {
+            let mut x = unknown_model();
+            x.version.push_str(v);
+            x
+        };
+        assert_eq!(t.select(&m("a"), 0, 1, || 1).0, 0);
+        assert_eq!(t.select(&m("b"), 0, 2, || 2).0, 1);
+        t.select(&m("a"), 0, 3, || 0);
+        let (_, evicted) = t.select(&m("c"), 0, 4, || 3);
+        assert_eq!(evicted.unwrap().model.version, "b");
+        assert!(t.find(&m("a")).is_some() && t.find(&m("c")).is_some());
+    }
 }
