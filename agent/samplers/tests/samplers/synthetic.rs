@@ -163,8 +163,10 @@ fn the_sampler_reports_what_a_scripted_loop_injected() {
         "the injected overruns ran under det-1.0: {}",
         v10.misses
     );
+    // Cycles 440..599 less three skips ran under det-1.1; a poll attributes what it reads to the
+    // model it sees, so det-1.1 holds at least those, plus what ran before the poll saw it.
     assert!(
-        (100..=200).contains(&v11.cycles),
+        (157..300).contains(&v11.cycles),
         "det-1.1 ran for the last 0.8 s: {} cycles",
         v11.cycles
     );
@@ -295,7 +297,7 @@ fn a_killed_producer_is_reported_dead_and_its_successor_restarted() {
         &mut s,
         &mut sink,
         "cycles from the first producer",
-        |s, _| s.status(now()).next().unwrap().counts.cycles > 20,
+        |s, _| s.status(now()).next().unwrap().counts.cycles > 200,
     );
     let first_epoch = s.status(now()).next().unwrap().producer.unwrap().0;
     first.signal(libc::SIGKILL);
