@@ -102,6 +102,12 @@ struct RawConfig {
     ingest: RawIngest,
     #[serde(default)]
     status: RawStatus,
+    #[serde(default)]
+    deadline: edgewatch_samplers::deadline::RawDeadlineSection,
+    #[serde(default)]
+    probe: Vec<edgewatch_samplers::deadline::RawProbeSection>,
+    #[serde(default)]
+    model: edgewatch_samplers::model::RawModelSection,
 }
 
 #[derive(Debug, Deserialize)]
@@ -281,6 +287,10 @@ pub struct Config {
     pub ingest: Ingest,
     /// Where `run` publishes its status for `status`.
     pub status_file: PathBuf,
+    /// Control-loop probes and the deadline sampler.
+    pub deadline: edgewatch_samplers::deadline::DeadlineConfig,
+    /// The model manifest, if any.
+    pub model: Option<edgewatch_samplers::model::ModelConfig>,
 }
 
 /// Identity of the machine, as the broker and gateway see it.
@@ -464,6 +474,14 @@ impl RawConfig {
         validate_id(&self.machine.class)
             .map_err(|e| ConfigError::invalid("machine.class", e.to_string()))?;
         let queue = self.queue.into_queue_config()?;
+        let deadline = self
+            .deadline
+            .validate(&self.probe)
+            .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
+        let model = self
+            .model
+            .validate()
+            .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
 
         let uplink = self.uplink;
         if uplink.host.is_empty() {
@@ -646,6 +664,8 @@ impl RawConfig {
                 burst,
             },
             status_file,
+            deadline,
+            model,
         })
     }
 }
@@ -752,6 +772,16 @@ port = 8883
         assert!(error.to_string().contains("core 1"), "{error}");
         let text = format!("{MINIMAL}\n[scheduling]\ncores = [0]\ncontrol_loop_cores = [1, 2]\n");
         assert!(parse(&text).is_ok());
+    }
+
+    #[test]
+    fn probe_and_sampler_keys_are_named_in_errors() {
+        let text = format!("{MINIMAL}\n[deadline]\npoll_hz = 0\n");
+        assert_eq!(parse(&text).unwrap_err().key(), Some("deadline.poll_hz"));
+        let text = format!("{MINIMAL}\n[[probe]]\nloop_name = \"x\"\n");
+        assert_eq!(parse(&text).unwrap_err().key(), Some("probe[0].path"));
+        let text = format!("{MINIMAL}\n[[probe]]\npath = \"/dev/shm/a.probe\"\nwhat = 1\n");
+        assert_eq!(parse(&text).unwrap_err().key(), Some("probe[0].what"));
     }
 
     #[test]

@@ -24,10 +24,14 @@ use edgewatch_proto::v1::{Event, Tier};
 use edgewatch_queue::{FlushOutcome, PerTier, Queue};
 use tokio::sync::{Notify, watch};
 
+use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler};
+use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
+use edgewatch_samplers::{EventSink, Now};
+
 use crate::config::Config;
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
-use crate::status::{AgentSnapshot, StatusWriter};
+use crate::status::{AgentSnapshot, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
 use crate::uplink::{Uplink, UplinkStats};
 
@@ -143,12 +147,21 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         tokio::task::spawn_local(flush_loop(shared.clone(), durable_tx, shutdown_rx.clone()));
     let uplink_task = tokio::task::spawn_local(uplink.run(shutdown_rx.clone()));
     let ingest_task = tokio::task::spawn_local(ingest.serve(shutdown_rx.clone()));
+    let sources = Rc::new(RefCell::new(Vec::new()));
+    let sampler = tokio::task::spawn_local(sample_loop(
+        config.deadline.clone(),
+        config.model.clone(),
+        shared.clone(),
+        Rc::clone(&sources),
+        shutdown_rx.clone(),
+    ));
     let status = StatusWriter::new(config.status_file.clone());
     let reporter = tokio::task::spawn_local(report_loop(
         Rc::clone(&shared.queue),
         status,
         Rc::clone(&uplink_stats),
         Rc::clone(&ingest_stats),
+        Rc::clone(&sources),
         shutdown_rx.clone(),
     ));
 
@@ -161,6 +174,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     let _ = shutdown_tx.send(true);
 
     let _ = ingest_task.await;
+    let _ = sampler.await;
     if let Ok(Err(error)) = uplink_task.await {
         tracing::warn!(%error, "The uplink stopped with an error.");
     }
@@ -235,6 +249,7 @@ async fn report_loop(
     mut status: StatusWriter,
     uplink: Rc<RefCell<UplinkStats>>,
     ingest: Rc<RefCell<IngestStats>>,
+    sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let started = SystemTime::now();
@@ -247,9 +262,100 @@ async fn report_loop(
         queue
             .borrow_mut()
             .refresh_status_snapshot(SystemTime::now());
-        let snapshot = AgentSnapshot::now(started, &uplink.borrow(), &ingest.borrow(), Vec::new());
+        let snapshot = AgentSnapshot::now(
+            started,
+            &uplink.borrow(),
+            &ingest.borrow(),
+            sources.borrow().clone(),
+        );
         if let Err(error) = status.write(&snapshot) {
             tracing::warn!(%error, "The status file could not be written.");
+        }
+    }
+}
+
+/// The queue as the samplers' sink.
+struct QueueSink {
+    shared: Shared,
+    refused: u64,
+}
+
+impl EventSink for QueueSink {
+    fn emit(&mut self, tier: Tier, event: &Event) {
+        if let Err(error) = self.shared.append(tier, event) {
+            // The queue counts and reports what it refuses; one log line per hundred here.
+            if self.refused % 100 == 0 {
+                tracing::warn!(%error, ?tier, refused = self.refused, "The queue refused a sampled event.");
+            }
+            self.refused += 1;
+        }
+    }
+}
+
+/// Wall and monotonic time, read once per tick.
+pub fn now() -> Now {
+    Now {
+        wall_unix_ns: SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        monotonic_ns: crate::ingest::monotonic_ns(),
+    }
+}
+
+/// Polls the control-loop probes and the model manifest on the sampler's interval.
+async fn sample_loop(
+    deadline: DeadlineConfig,
+    model: Option<ModelConfig>,
+    shared: Shared,
+    sources: Rc<RefCell<Vec<SourceStatus>>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut sampler = DeadlineSampler::new(deadline, now());
+    let mut watcher = model.map(ModelWatcher::new);
+    let mut sink = QueueSink { shared, refused: 0 };
+    let mut tick = tokio::time::interval(sampler.poll_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_status = std::time::Instant::now() - Duration::from_secs(1);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = now();
+        if let Some(watcher) = watcher.as_mut() {
+            watcher.tick(now, &mut sink);
+        }
+        sampler.poll(
+            now,
+            watcher.as_ref().and_then(ModelWatcher::current),
+            &mut sink,
+        );
+        if last_status.elapsed() >= Duration::from_secs(1) {
+            last_status = std::time::Instant::now();
+            let mut list = sources.borrow_mut();
+            list.clear();
+            for source in sampler.status(now) {
+                list.push(SourceStatus {
+                    name: format!("probe:{}", source.loop_name),
+                    state: format!("{:?}", source.state).to_lowercase(),
+                    last_sample_age_s: source.last_sample_age.map(|age| age.as_secs_f64()),
+                });
+            }
+            if let Some(watcher) = &watcher {
+                let status = watcher.status();
+                list.push(SourceStatus {
+                    name: format!("model:{}", status.manifest.display()),
+                    state: match (status.problem, status.hashing, status.current) {
+                        (Some(problem), _, _) => problem.to_owned(),
+                        (None, Some(_), _) => "hashing".into(),
+                        (None, None, Some(current)) => {
+                            format!("{} {}", current.name, current.version)
+                        }
+                        (None, None, None) => "waiting".into(),
+                    },
+                    last_sample_age_s: None,
+                });
+            }
         }
     }
 }
