@@ -284,7 +284,7 @@ impl EventSink for QueueSink {
     fn emit(&mut self, tier: Tier, event: &Event) {
         if let Err(error) = self.shared.append(tier, event) {
             // The queue counts and reports what it refuses; one log line per hundred here.
-            if self.refused % 100 == 0 {
+            if self.refused.is_multiple_of(100) {
                 tracing::warn!(%error, ?tier, refused = self.refused, "The queue refused a sampled event.");
             }
             self.refused += 1;
