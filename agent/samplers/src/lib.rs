@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`sink`]: where samplers put events ([`EventSink`]) and the time they are given ([`Now`]).
+//! - [`thermal`]: throttling, over-current and energy from tegrastats and sysfs.
 //!
 //! Invariants:
 //! - Samplers are pure logic over their sources: they read no clock (time comes in as [`Now`]),
@@ -11,5 +12,6 @@
 //!   handed to the sink by reference.
 
 pub mod sink;
+pub mod thermal;
 
 pub use sink::{CollectingSink, EventSink, Now};
