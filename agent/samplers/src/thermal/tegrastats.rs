@@ -257,10 +257,12 @@ enum Inner {
     Replay(Replay),
 }
 
+// A lifecycle event (never a sample) is inline: boxing it would allocate on every pass of a
+// looping replay.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     Line(Now),
-    /// A lifecycle event (never a sample); boxed, as it is rare.
-    Event(Box<TegrastatsEvent<'static>>),
+    Event(TegrastatsEvent<'static>),
 }
 
 enum LineCheck {
@@ -338,7 +340,7 @@ impl TegrastatsSource {
             };
             let at = match step {
                 Step::Line(at) => at,
-                Step::Event(event) => return *event,
+                Step::Event(event) => return event,
             };
             match self.check_current() {
                 LineCheck::Blank => {}
@@ -484,12 +486,12 @@ impl ChildRunner {
                         restart_in_ms = u64::try_from(restart_in.as_millis()).unwrap_or(u64::MAX),
                         "tegrastats exited; restarting after the backoff delay."
                     );
-                    return Step::Event(Box::new(TegrastatsEvent::Exited {
+                    return Step::Event(TegrastatsEvent::Exited {
                         exit,
                         restart_in,
                         exits: status.exits,
                         at: clock::now(),
-                    }));
+                    });
                 }
             }
         }
@@ -525,11 +527,11 @@ impl ChildRunner {
                     lines: 0,
                 };
                 tracing::debug!(pid, starts = status.starts, "tegrastats started.");
-                Step::Event(Box::new(TegrastatsEvent::Started {
+                Step::Event(TegrastatsEvent::Started {
                     pid,
                     starts: status.starts,
                     at: clock::now(),
-                }))
+                })
             }
             Err(error) => {
                 let restart_in = self.backoff.after_run(Duration::ZERO);
@@ -543,12 +545,12 @@ impl ChildRunner {
                     program = %self.program.display(),
                     "tegrastats could not be started; retrying after the backoff delay."
                 );
-                Step::Event(Box::new(TegrastatsEvent::SpawnFailed {
+                Step::Event(TegrastatsEvent::SpawnFailed {
                     error: error.kind(),
                     restart_in,
                     failures: status.spawn_failures,
                     at: clock::now(),
-                }))
+                })
             }
         }
     }
@@ -661,17 +663,17 @@ impl Replay {
                     self.pos = 0;
                     self.pass_had_line = false;
                     status.replay_passes += 1;
-                    return Step::Event(Box::new(TegrastatsEvent::ReplayLooped {
+                    return Step::Event(TegrastatsEvent::ReplayLooped {
                         passes: status.replay_passes,
                         at: self.logical(origin_now),
-                    }));
+                    });
                 }
                 self.finished = true;
                 status.finished = true;
                 status.replay_passes += 1;
-                return Step::Event(Box::new(TegrastatsEvent::ReplayFinished {
+                return Step::Event(TegrastatsEvent::ReplayFinished {
                     at: self.logical(origin_now),
-                }));
+                });
             }
             let rest = self.text.get(self.pos..).unwrap_or_default();
             let len = rest.find('\n').unwrap_or(rest.len());
