@@ -21,7 +21,8 @@
 //!   per metric. Static values (trip points, hardware maxima) are read once at open. The power
 //!   mode file is the exception: it is re-opened per poll, because nvpmodel may replace it.
 //! - A metric that fails to read is `None` in that snapshot and counted in
-//!   [`SysfsStatus::read_errors`]; it never fails the poll. Missing optional hardware (no GPU
+//!   [`SysfsStatus::read_errors`]; it never fails the poll. A zone reading -256 °C or less is
+//!   the "power domain off" sentinel: `None`, not a temperature and not an error. Missing optional hardware (no GPU
 //!   devfreq, no `soctherm_oc`) is simply absent from the [`SysfsInventory`].
 //! - Snapshot vectors are index-aligned with the inventory's and never change length after open.
 
@@ -40,6 +41,8 @@ const SOCTHERM_OC_NAME: &str = "soctherm_oc";
 const NVPMODEL_STATUS: &str = "var/lib/nvpmodel/status";
 /// Trip points read per zone at most (Jetson zones have one to five).
 const MAX_TRIPS_PER_ZONE: u32 = 32;
+/// What a Jetson zone reads while its power domain is off (tegrastats prints it as `-256C`).
+const ZONE_OFFLINE_MILLICELSIUS: i64 = -256_000;
 
 /// Why the reader could not be opened. Missing optional hardware is not an error; a configured
 /// file that is missing is.
@@ -376,6 +379,7 @@ impl SysfsReader {
             *slot = file
                 .as_ref()
                 .and_then(|f| read_i64(f, &mut buf, errors))
+                .filter(|&millicelsius| millicelsius > ZONE_OFFLINE_MILLICELSIUS)
                 .map(|millicelsius| millicelsius as f64 / 1_000.0);
         }
         for (slot, files) in self.snapshot.cpu_policies.iter_mut().zip(&self.policies) {

@@ -212,11 +212,12 @@ fn each_poll_re_reads_the_open_files_and_an_unreadable_value_is_counted_not_fata
     assert_eq!(first.oc_counts, [Some(0), Some(0), Some(1200)]);
     assert_eq!(first.power_mode, Some(0));
 
-    fake.set_temp(1, 61_250);
     fake.set_scaling_max(4, 1_497_600);
     fake.set_gpu_max("17000000.gpu", 612_000_000);
     fake.set_oc(3, 1204);
     fake.write("sys/devices/virtual/thermal/thermal_zone0/temp", "-\n");
+    // A power-gated GPU zone reads the -256 °C sentinel.
+    fake.set_temp(1, -256_000);
     // nvpmodel may replace its status file: the reader re-opens it by path.
     fake.write("var/lib/nvpmodel/status.new", "pmode:0002\n");
     fs::rename(
@@ -227,13 +228,19 @@ fn each_poll_re_reads_the_open_files_and_an_unreadable_value_is_counted_not_fata
 
     let second = reader.read().clone();
     assert_eq!(second.zone_celsius[0], None);
-    assert_eq!(second.zone_celsius[1], Some(61.25));
+    assert_eq!(second.zone_celsius[1], None);
     assert_eq!(second.cpu_policies[1].max_khz, Some(1_497_600));
     assert_eq!(second.gpu.unwrap().max_khz, Some(612_000));
     assert_eq!(second.oc_counts[2], Some(1204));
     assert_eq!(second.power_mode, Some(2));
     let status = reader.status();
-    assert_eq!((status.polls, status.read_errors), (2, 1));
+    assert_eq!(
+        (status.polls, status.read_errors),
+        (2, 1),
+        "the sentinel is no error"
+    );
+    fake.set_temp(1, 61_250);
+    assert_eq!(reader.read().zone_celsius[1], Some(61.25));
 }
 
 #[test]
