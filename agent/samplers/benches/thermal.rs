@@ -46,7 +46,10 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let (rounds, per_round) = if full { (31, 2_000) } else { (1, 20) };
 
-    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../tegrastats-parser/tests/data/");
+    let data = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tegrastats-parser/tests/data/"
+    );
     let lines: Vec<String> = [
         "orin-agx-64gb_jp6.x_l4t-r36.txt",
         "orin-agx-64gb_jp6.2.1_l4t-r36.4.4.txt",
@@ -107,7 +110,10 @@ fn main() {
         ("baseline: `parse_line` alone", Vec::new()),
         ("line: parse + `on_tegrastats` + events", Vec::new()),
         ("baseline: one `pread` per metric file (15)", Vec::new()),
-        ("poll: `SysfsReader::read` + `on_sysfs` + events", Vec::new()),
+        (
+            "poll: `SysfsReader::read` + `on_sysfs` + events",
+            Vec::new(),
+        ),
     ];
     let mut i = 0usize;
     for _ in 0..rounds {
@@ -117,7 +123,9 @@ fn main() {
             black_box(sample.unwrap().rails().len());
             i += 1;
         }
-        results[0].1.push(start.elapsed().as_nanos() as f64 / per_round as f64);
+        results[0]
+            .1
+            .push(start.elapsed().as_nanos() as f64 / per_round as f64);
 
         let start = Instant::now();
         for _ in 0..per_round {
@@ -131,7 +139,9 @@ fn main() {
             sampler.on_tegrastats(&event, Some(&model), &mut sink);
             i += 1;
         }
-        results[1].1.push(start.elapsed().as_nanos() as f64 / per_round as f64);
+        results[1]
+            .1
+            .push(start.elapsed().as_nanos() as f64 / per_round as f64);
 
         let start = Instant::now();
         let mut buf = [0u8; 64];
@@ -140,7 +150,9 @@ fn main() {
                 black_box(file.read_at(&mut buf, 0).unwrap());
             }
         }
-        results[2].1.push(start.elapsed().as_nanos() as f64 / per_round as f64);
+        results[2]
+            .1
+            .push(start.elapsed().as_nanos() as f64 / per_round as f64);
 
         let start = Instant::now();
         for _ in 0..per_round {
@@ -148,7 +160,9 @@ fn main() {
             clock.wall_unix_ns += 1_000_000_000;
             sampler.on_sysfs(reader.read(), clock, Some(&model), &mut sink);
         }
-        results[3].1.push(start.elapsed().as_nanos() as f64 / per_round as f64);
+        results[3]
+            .1
+            .push(start.elapsed().as_nanos() as f64 / per_round as f64);
     }
 
     println!("| workload | ns per operation (median of {rounds} rounds) | vs its baseline |");

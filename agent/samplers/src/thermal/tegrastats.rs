@@ -471,6 +471,9 @@ impl ChildRunner {
                     let exit_status = reap(child).await;
                     let exit = ExitInfo::new(exit_status, started.elapsed(), *lines);
                     let restart_in = self.backoff.after_run(exit.ran_for);
+                    // Stamped before the deadline is set: the restart is at least `restart_in`
+                    // after the event's time.
+                    let at = clock::now();
                     self.state = ChildState::Waiting {
                         until: Instant::now() + restart_in,
                     };
@@ -490,7 +493,7 @@ impl ChildRunner {
                         exit,
                         restart_in,
                         exits: status.exits,
-                        at: clock::now(),
+                        at,
                     });
                 }
             }
@@ -535,6 +538,7 @@ impl ChildRunner {
             }
             Err(error) => {
                 let restart_in = self.backoff.after_run(Duration::ZERO);
+                let at = clock::now();
                 self.state = ChildState::Waiting {
                     until: Instant::now() + restart_in,
                 };
@@ -549,7 +553,7 @@ impl ChildRunner {
                     error: error.kind(),
                     restart_in,
                     failures: status.spawn_failures,
-                    at: clock::now(),
+                    at,
                 })
             }
         }
