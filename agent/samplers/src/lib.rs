@@ -7,6 +7,7 @@
 //! - [`autonomy`]: seconds per autonomy mode per model version, and mode changes (pure).
 //! - [`model`]: the running model's identity from a manifest beside the engine, the engine's
 //!   sha256 hashed incrementally ([`model::ModelWatcher`]).
+//! - [`thermal`]: throttling, over-current and energy from tegrastats and sysfs.
 //!
 //! Invariants:
 //! - Samplers are pure logic over their sources: they read no clock (time comes in as [`Now`]),
@@ -19,5 +20,6 @@ pub mod autonomy;
 pub mod deadline;
 pub mod model;
 pub mod sink;
+pub mod thermal;
 
 pub use sink::{CollectingSink, EventSink, Now};
