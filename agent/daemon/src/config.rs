@@ -108,6 +108,8 @@ struct RawConfig {
     probe: Vec<edgewatch_samplers::deadline::RawProbeSection>,
     #[serde(default)]
     model: edgewatch_samplers::model::RawModelSection,
+    #[serde(default)]
+    thermal: edgewatch_samplers::thermal::ThermalConfigRaw,
 }
 
 #[derive(Debug, Deserialize)]
@@ -291,6 +293,8 @@ pub struct Config {
     pub deadline: edgewatch_samplers::deadline::DeadlineConfig,
     /// The model manifest, if any.
     pub model: Option<edgewatch_samplers::model::ModelConfig>,
+    /// Thermal and power sampling.
+    pub thermal: edgewatch_samplers::thermal::ThermalConfig,
 }
 
 /// Identity of the machine, as the broker and gateway see it.
@@ -482,6 +486,16 @@ impl RawConfig {
             .model
             .validate()
             .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
+        let thermal = self.thermal.validate().map_err(|error| {
+            use edgewatch_samplers::thermal::ThermalConfigError as E;
+            let message = match &error {
+                E::OutOfRange {
+                    value, expected, ..
+                } => format!("{value} is out of range ({expected})"),
+                E::Invalid { problem, .. } => problem.clone(),
+            };
+            ConfigError::invalid(error.key(), message)
+        })?;
 
         let uplink = self.uplink;
         if uplink.host.is_empty() {
@@ -666,6 +680,7 @@ impl RawConfig {
             status_file,
             deadline,
             model,
+            thermal,
         })
     }
 }

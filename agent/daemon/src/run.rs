@@ -26,6 +26,9 @@ use tokio::sync::{Notify, watch};
 
 use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler};
 use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
+use edgewatch_samplers::thermal::{
+    SysfsInventory, SysfsReader, TegrastatsSource, ThermalConfig, ThermalSampler,
+};
 use edgewatch_samplers::{EventSink, Now};
 
 use crate::config::Config;
@@ -151,6 +154,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     let sampler = tokio::task::spawn_local(sample_loop(
         config.deadline.clone(),
         config.model.clone(),
+        config.thermal.clone(),
         shared.clone(),
         Rc::clone(&sources),
         shutdown_rx.clone(),
@@ -302,10 +306,12 @@ pub fn now() -> Now {
     }
 }
 
-/// Polls the control-loop probes and the model manifest on the sampler's interval.
+/// The samplers and their sources, driven from one task: control-loop probes and the model
+/// manifest on the deadline sampler's interval, sysfs on its own, tegrastats lines as they come.
 async fn sample_loop(
     deadline: DeadlineConfig,
     model: Option<ModelConfig>,
+    thermal: ThermalConfig,
     shared: Shared,
     sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
@@ -313,25 +319,78 @@ async fn sample_loop(
     let mut sampler = DeadlineSampler::new(deadline, now());
     let mut watcher = model.map(ModelWatcher::new);
     let mut sink = QueueSink { shared, refused: 0 };
+    let mut sysfs = match SysfsReader::open(&thermal.sysfs) {
+        Ok(reader) => Some(reader),
+        Err(error) => {
+            tracing::warn!(%error, "sysfs cannot be read; thermal sampling uses tegrastats only.");
+            None
+        }
+    };
+    let mut tegrastats = match TegrastatsSource::new(&thermal.tegrastats) {
+        Ok(source) => Some(source),
+        Err(error) => {
+            tracing::warn!(%error, "tegrastats cannot be used; thermal sampling uses sysfs only.");
+            None
+        }
+    };
+    let empty_inventory = SysfsInventory::default();
+    let mut thermal_sampler = ThermalSampler::new(
+        &thermal,
+        sysfs
+            .as_ref()
+            .map_or(&empty_inventory, SysfsReader::inventory),
+        now(),
+        None,
+    );
     let mut tick = tokio::time::interval(sampler.poll_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut sysfs_tick = tokio::time::interval(thermal.sysfs.poll_interval);
+    sysfs_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_status = std::time::Instant::now() - Duration::from_secs(1);
+    let mut last_line_at: Option<std::time::Instant> = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
+        let stop = tokio::select! {
+            _ = tick.tick() => {
+                let now = now();
+                if let Some(watcher) = watcher.as_mut() {
+                    watcher.tick(now, &mut sink);
+                }
+                let model = watcher.as_ref().and_then(ModelWatcher::current);
+                sampler.poll(now, model, &mut sink);
+                thermal_sampler.tick(now, model, &mut sink);
+                false
+            }
+            _ = sysfs_tick.tick(), if sysfs.is_some() => {
+                if let Some(reader) = sysfs.as_mut() {
+                    let model = watcher.as_ref().and_then(ModelWatcher::current);
+                    thermal_sampler.on_sysfs(reader.read(), now(), model, &mut sink);
+                }
+                false
+            }
+            event = async {
+                match tegrastats.as_mut() {
+                    Some(source) => source.next().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let model = watcher.as_ref().and_then(ModelWatcher::current);
+                thermal_sampler.on_tegrastats(&event, model, &mut sink);
+                last_line_at = Some(std::time::Instant::now());
+                false
+            }
+            _ = shutdown.changed() => true,
+        };
+        if stop {
+            let model = watcher.as_ref().and_then(ModelWatcher::current);
+            thermal_sampler.flush(now(), model, &mut sink);
+            if let Some(source) = tegrastats.as_mut() {
+                source.shutdown().await;
+            }
+            return;
         }
-        let now = now();
-        if let Some(watcher) = watcher.as_mut() {
-            watcher.tick(now, &mut sink);
-        }
-        sampler.poll(
-            now,
-            watcher.as_ref().and_then(ModelWatcher::current),
-            &mut sink,
-        );
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = std::time::Instant::now();
+            let now = now();
             let mut list = sources.borrow_mut();
             list.clear();
             for source in sampler.status(now) {
@@ -353,6 +412,31 @@ async fn sample_loop(
                         }
                         (None, None, None) => "waiting".into(),
                     },
+                    last_sample_age_s: None,
+                });
+            }
+            if let Some(source) = &tegrastats {
+                let status = source.status();
+                list.push(SourceStatus {
+                    name: "tegrastats".into(),
+                    state: format!(
+                        "{} (samples {}, malformed {}, restarts {})",
+                        if status.running { "running" } else { "stopped" },
+                        status.samples,
+                        status.malformed,
+                        status.restarts
+                    ),
+                    last_sample_age_s: last_line_at.map(|at| at.elapsed().as_secs_f64()),
+                });
+            }
+            if let Some(reader) = &sysfs {
+                let status = reader.status();
+                list.push(SourceStatus {
+                    name: "sysfs".into(),
+                    state: format!(
+                        "polls {}, read errors {}, files {}",
+                        status.polls, status.read_errors, status.open_files
+                    ),
                     last_sample_age_s: None,
                 });
             }

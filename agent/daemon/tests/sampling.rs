@@ -128,3 +128,46 @@ fn deadline_counters_fallbacks_interventions_and_autonomous_seconds_match_the_lo
         (autonomous - expected).abs() < 0.1
     }));
 }
+
+#[test]
+fn a_replayed_tegrastats_capture_becomes_energy_counters_and_raw_samples() {
+    let broker = Mosquitto::start().unwrap();
+    let collector = Collector::start(broker.addr());
+    let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tegrastats-parser/tests/data/orin-agx-64gb_jp6.2.1_l4t-r36.4.4.txt");
+    assert!(capture.is_file(), "{}", capture.display());
+    let mut setup = AgentSetup::new(broker.addr());
+    setup.thermal = format!(
+        "replay = \"{}\"\nreplay_speed = 20.0\nreplay_loop = true\ncounters_interval_s = 1\ndebug_sample_every = 1\nsysfs_root = \"{{dir}}/no-sysfs\"\n",
+        capture.display()
+    );
+    let agent = Agent::start(&setup);
+    let energy = || {
+        collector
+            .snapshot()
+            .into_iter()
+            .filter_map(|r| match r.event.kind {
+                Some(event::Kind::EnergyCounters(e)) if r.tier == Tier::Slo => {
+                    Some(e.rails.iter().map(|rail| rail.joules).sum::<f64>())
+                }
+                _ => None,
+            })
+            .fold(0.0f64, f64::max)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || energy() > 0.0),
+        "no energy counters; log:\n{}",
+        agent.log()
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        collector.snapshot().iter().any(|r| {
+            r.tier == Tier::Debug && matches!(&r.event.kind, Some(event::Kind::ThermalSample(s)) if !s.temperatures.is_empty())
+        })
+    }));
+    let status = agent.status();
+    let sources = status["agent"]["sources"].as_array().unwrap();
+    assert!(
+        sources.iter().any(|s| s["name"] == "tegrastats"),
+        "{sources:?}"
+    );
+}

@@ -43,6 +43,8 @@ pub struct AgentSetup {
     pub bandwidth_bytes_per_s: u64,
     pub extra_uplink: String,
     pub extra: String,
+    /// The `[thermal]` table; by default no tegrastats and an empty sysfs tree.
+    pub thermal: String,
 }
 
 impl AgentSetup {
@@ -55,6 +57,7 @@ impl AgentSetup {
             bandwidth_bytes_per_s: 0,
             extra_uplink: String::new(),
             extra: String::new(),
+            thermal: "tegrastats_enabled = false\nsysfs_root = \"{dir}/no-sysfs\"\n".into(),
         }
     }
 }
@@ -96,6 +99,9 @@ idle_priority = false
 
 [ingest]
 socket = "{socket}"
+
+[thermal]
+{thermal}
 {extra}
 "#,
             machine = setup.machine,
@@ -107,6 +113,7 @@ socket = "{socket}"
             bandwidth = setup.bandwidth_bytes_per_s,
             extra_uplink = setup.extra_uplink,
             socket = dir.join("agent.sock").display(),
+            thermal = setup.thermal.replace("{dir}", &dir.display().to_string()),
             extra = setup.extra,
         )
     }
