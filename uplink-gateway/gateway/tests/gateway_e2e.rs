@@ -1,7 +1,8 @@
 //! End-to-end ingest through the real `edgewatch-gateway` binary and a real Mosquitto: framed
 //! batches published with rumqttc land in the embedded store once, re-sends are dropped, hostile
-//! payloads and foreign identities are dead-lettered and counted, and a gateway killed before or
-//! after its commit gets the batch again without counting it twice.
+//! payloads and foreign identities are dead-lettered and counted, a gateway killed before or
+//! after its commit gets the batch again without counting it twice, and Prometheus 2.42's
+//! "too old" 500 is dead-lettered instead of retried forever.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
@@ -260,4 +261,49 @@ async fn a_gateway_killed_after_its_commit_but_before_its_ack_counts_the_batch_o
         "each sample reached Prometheus once"
     );
     drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_prometheus_refuses_as_too_old_are_dead_lettered_not_retried_forever() {
+    let broker = Mosquitto::start().unwrap();
+    // Prometheus' out-of-order window is 30 d; the gateway is (mis)configured to send up to 60 d.
+    let prometheus = Prometheus::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = GatewaySpec::new(broker.addr(), "gw-too-old");
+    spec.remote_write_url = Some(prometheus.remote_write_url());
+    spec.rw_max_sample_age = "60d";
+    let mut gateway = Gateway::start(dir.path(), &spec);
+    // A recent sample first: an empty TSDB takes any time; "too old" is relative to its head.
+    let recent = slo_batch("truck-18", 3, 1, 1, now_ns() - HOUR_NS);
+    publish_all(broker.addr(), "agent-recent", &[message(&recent)]).await;
+    gateway.wait_metric("edgewatch_gateway_remote_write_requests_total", |v| {
+        v == 1.0
+    });
+    let batch = slo_batch("truck-17", 3, 1, 3, now_ns() - 40 * DAY_NS);
+    publish_all(broker.addr(), "agent-old", &[message(&batch)]).await;
+    gateway.wait_metric("edgewatch_gateway_messages_acked_total", |v| v == 2.0);
+    assert_eq!(
+        gateway.metric("edgewatch_gateway_remote_write_refused_total"),
+        Some(1.0)
+    );
+    gateway.stop();
+    let store = Store::open_path(&gateway.store_path()).unwrap();
+    assert_eq!(
+        samples_of(&store, CYCLES).len(),
+        4,
+        "kept in the embedded store"
+    );
+    let letters = store.dead_letters().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert!(
+        letters[0].reason.starts_with("remote_write_refused"),
+        "{}",
+        letters[0].reason
+    );
+    assert!(
+        letters[0].reason.contains("HTTP 500"),
+        "{}",
+        letters[0].reason
+    );
+    assert!(store.outbox().unwrap().is_empty());
 }

@@ -154,6 +154,8 @@ pub struct GatewaySpec<'a> {
     pub extra_ingest: &'a str,
     /// Appended to the configuration file (e.g. `[slo]`, `[prices]` tables).
     pub extra_tables: String,
+    /// `remote_write.max_sample_age`.
+    pub rw_max_sample_age: &'a str,
 }
 
 impl<'a> GatewaySpec<'a> {
@@ -165,6 +167,7 @@ impl<'a> GatewaySpec<'a> {
             remote_write_url: None,
             extra_ingest: "",
             extra_tables: String::new(),
+            rw_max_sample_age: "30d",
         }
     }
 }
@@ -192,7 +195,8 @@ impl Gateway {
         ));
         if let Some(url) = &spec.remote_write_url {
             config.push_str(&format!(
-                "[remote_write]\nurl = \"{url}\"\nmax_sample_age = \"30d\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\ntimeout = \"5s\"\n"
+                "[remote_write]\nurl = \"{url}\"\nmax_sample_age = \"{}\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\ntimeout = \"5s\"\n",
+                spec.rw_max_sample_age
             ));
         }
         config.push_str(&spec.extra_tables);
