@@ -37,8 +37,11 @@ const FRESH_FILE: &str = "queue.redb.new";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
-/// Eviction frees this much beyond the limit so the loss reports it appends fit too.
+/// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without
+/// evicting again.
 pub const LOSS_RESERVE_BYTES: u64 = 4096;
+/// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
+pub const MAX_REPORT_BYTES: u64 = 160;
 /// `compact_if_drained` rewrites the file only when it is at least this large...
 pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// ...and holds less than this fraction (1/n) of live record bytes.
@@ -153,6 +156,9 @@ pub struct FlushOutcome {
     pub lost: PerTier<u64>,
     /// False if there was nothing to write and no transaction was committed.
     pub committed: bool,
+    /// Sequence ranges (inclusive) dropped since the previous flush returned, by a failed flush
+    /// an `append` ran by itself: awaiting callers must stop waiting for them.
+    pub refused: PerTier<Option<(u64, u64)>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -217,6 +223,19 @@ impl LossLedger {
             .iter()
             .all(|row| row.iter().all(|acc| acc.incidents == 0))
     }
+
+    /// Upper bound of the bytes the reports of this ledger (and an alarm) add to each tier.
+    fn report_bytes(&self, alarm: bool) -> PerTier<u64> {
+        let mut need = PerTier::<u64>::default();
+        for (ix, row) in self.0.iter().enumerate() {
+            let reports = row.iter().filter(|acc| acc.incidents > 0).count() as u64;
+            *need.at_mut(if ix == 0 { 0 } else { 1 }) += reports * MAX_REPORT_BYTES;
+        }
+        if alarm {
+            need.safety += MAX_REPORT_BYTES;
+        }
+        need
+    }
 }
 
 /// The durable priority-tiered event queue. See the crate documentation.
@@ -239,6 +258,8 @@ pub struct Queue {
     cursor: PerTier<u64>,
     /// Losses noticed outside a write (refusals, overflow), reported at the next commit.
     unreported: LossLedger,
+    /// Ranges dropped by failed flushes, handed to the caller by the next `flush`.
+    refused: PerTier<Option<(u64, u64)>>,
     rates: RateEstimator,
     alarm: WindowAlarm,
     /// Append time (unix ms) of each tier's oldest stored record.
@@ -345,6 +366,7 @@ impl Queue {
             corrupt: loaded.corrupt,
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
+            refused: PerTier::default(),
             rates: RateEstimator::new(rate_tau),
             alarm: WindowAlarm::default(),
             oldest_ms: loaded.oldest_unix_ms,
@@ -447,8 +469,9 @@ impl Queue {
                 return Err(AppendError::HoldFull);
             }
         } else if !self.pending_has_room(len) {
-            // The buffer is full: flush inline (the caller's next durable report covers it).
-            let _ = self.flush(now);
+            // The buffer is full: flush inline. The caller's next `flush` reports what this one
+            // made durable or dropped.
+            let _ = self.flush_inner(now);
             if !self.pending_has_room(len) {
                 let cause = if ix == 0 {
                     LossCause::BufferOverflow
@@ -626,7 +649,19 @@ impl Queue {
 
     /// Writes every pending append, deletes acknowledged and corrupt records, expires and evicts
     /// as the budgets require, writes the loss reports, all in one durable transaction.
+    ///
+    /// The outcome (or error) also returns every range dropped since the previous `flush`
+    /// returned, including by a flush an `append` ran by itself.
     pub fn flush(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
+        let result = self.flush_inner(now);
+        let refused = std::mem::take(&mut self.refused);
+        match result {
+            Ok(outcome) => Ok(FlushOutcome { refused, ..outcome }),
+            Err(error) => Err(FlushError { refused, ..error }),
+        }
+    }
+
+    fn flush_inner(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
         self.rates.update(now);
         if self.store.is_none() {
             self.reopen(now)?;
@@ -684,6 +719,7 @@ impl Queue {
                 written: PerTier::default(),
                 lost: PerTier::default(),
                 committed: false,
+                refused: PerTier::default(),
             });
         }
         let Some(StoreSlot(store)) = &self.store else {
@@ -782,6 +818,41 @@ impl Queue {
                     }
                 }
             }
+            // The reports themselves take room: evict until they fit too, so caps and budget hold
+            // after the commit. Each pass can add at most one more report per tier.
+            for _ in 0..4 {
+                let need = ledger.report_bytes(raise);
+                let mut evicted = false;
+                for ix in [0, 1] {
+                    let mut table = tx.tier(ix)?;
+                    while *state.bytes.at(ix) + *need.at(ix) > *caps.at(ix) {
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
+                        *state.bytes.at_mut(ix) -= removed.bytes;
+                        *state.records.at_mut(ix) -= 1;
+                        *lost.at_mut(ix) += 1;
+                        ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        evicted = true;
+                    }
+                }
+                for ix in [2, 1] {
+                    let mut table = tx.tier(ix)?;
+                    while state.bytes.sum() + need.sum() > budget {
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
+                        *state.bytes.at_mut(ix) -= removed.bytes;
+                        *state.records.at_mut(ix) -= 1;
+                        *lost.at_mut(ix) += 1;
+                        ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        evicted = true;
+                    }
+                }
+                if !evicted {
+                    break;
+                }
+            }
             write_loss_reports(tx, &mut state, &ledger, now, scratch, value, &mut written)?;
             if raise {
                 let window = window::offline_window(rates, state.bytes, caps, budget);
@@ -826,6 +897,7 @@ impl Queue {
             written,
             lost,
             committed: true,
+            refused: PerTier::default(),
         })
     }
 
@@ -833,7 +905,6 @@ impl Queue {
     /// close the store so a later flush reopens (and repairs) it.
     fn store_failed(&mut self, error: StoreError, now: SystemTime) -> FlushError {
         tracing::warn!(%error, "Queue flush failed; holding safety events, refusing others.");
-        let mut refused = PerTier::<Option<(u64, u64)>>::default();
         let mut kept = 0;
         let mut write_at = 0;
         for i in 0..self.pending.entries.len() {
@@ -854,7 +925,7 @@ impl Queue {
                 let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
                 self.unreported
                     .add(entry.ix, LossCause::DiskFull, Some(entry.seq), bytes);
-                let range = refused.at_mut(entry.ix);
+                let range = self.refused.at_mut(entry.ix);
                 *range = Some(match *range {
                     Some((first, _)) => (first, entry.seq),
                     None => (entry.seq, entry.seq),
@@ -870,7 +941,7 @@ impl Queue {
         self.store_problem = Some(error);
         FlushError {
             reason,
-            refused,
+            refused: self.refused,
             held_safety: kept,
         }
     }
@@ -1360,4 +1431,53 @@ pub(crate) fn unix_ms(time: SystemTime) -> u64 {
 fn unix_ns(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_loss_report_fits_its_reserved_bytes() {
+        let event = Event {
+            seq: 0,
+            event_time_unix_ns: i64::MAX,
+            monotonic_ns: 0,
+            kind: Some(Kind::QueueLoss(QueueLoss {
+                tier: Tier::Debug as i32,
+                cause: LossCause::BufferOverflow as i32,
+                count: u64::MAX,
+                first_seq: u64::MAX,
+                last_seq: u64::MAX,
+                epoch: u64::MAX,
+                bytes: u64::MAX,
+                total: u64::MAX,
+            })),
+        };
+        let mut value = Vec::new();
+        record::encode(&mut value, u64::MAX, u64::MAX, &event.encode_to_vec()).unwrap();
+        assert!(
+            record::KEY_LEN + value.len() as u64 <= MAX_REPORT_BYTES,
+            "{}",
+            value.len()
+        );
+        let alarm = Event {
+            seq: 0,
+            event_time_unix_ns: i64::MAX,
+            monotonic_ns: 0,
+            kind: Some(Kind::OfflineWindowLow(OfflineWindowLow {
+                window_seconds: f64::MAX,
+                threshold_seconds: f64::MAX,
+                append_bytes_per_second: f64::MAX,
+                free_bytes: u64::MAX,
+            })),
+        };
+        value.clear();
+        record::encode(&mut value, u64::MAX, u64::MAX, &alarm.encode_to_vec()).unwrap();
+        assert!(
+            record::KEY_LEN + value.len() as u64 <= MAX_REPORT_BYTES,
+            "{}",
+            value.len()
+        );
+    }
 }
