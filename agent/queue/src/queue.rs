@@ -147,6 +147,9 @@ pub struct Quarantined {
 /// What a successful flush made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlushOutcome {
+    /// Epoch the sequence numbers below belong to. It changes only when a damaged store was
+    /// replaced; waiters holding numbers of an older epoch must be failed, not completed.
+    pub epoch: u64,
     /// Highest durable sequence number per tier (0: none yet). Every lower number is durable or
     /// was reported lost.
     pub durable: PerTier<u64>,
@@ -656,7 +659,11 @@ impl Queue {
         let result = self.flush_inner(now);
         let refused = std::mem::take(&mut self.refused);
         match result {
-            Ok(outcome) => Ok(FlushOutcome { refused, ..outcome }),
+            Ok(outcome) => Ok(FlushOutcome {
+                refused,
+                epoch: self.state.epoch,
+                ..outcome
+            }),
             Err(error) => Err(FlushError { refused, ..error }),
         }
     }
@@ -711,6 +718,7 @@ impl Queue {
         if nothing_to_do {
             self.alarm = alarm;
             return Ok(FlushOutcome {
+                epoch: self.state.epoch,
                 durable: PerTier {
                     safety: durable.safety - 1,
                     slo: durable.slo - 1,
@@ -889,6 +897,7 @@ impl Queue {
         self.corrupt.clear();
         let durable = self.state.next_seq;
         Ok(FlushOutcome {
+            epoch: self.state.epoch,
             durable: PerTier {
                 safety: durable.safety - 1,
                 slo: durable.slo - 1,
