@@ -761,8 +761,7 @@ impl Queue {
                     let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
                     if let Some(old) = replaced {
                         // A held record whose earlier commit did land after all.
-                        *state.bytes.at_mut(ix) -= old;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, old);
                     }
                     *state.bytes.at_mut(ix) += bytes;
                     *state.records.at_mut(ix) += 1;
@@ -770,14 +769,12 @@ impl Queue {
                 }
                 for &(_, first, last) in acks.iter().filter(|ack| ack.0 == ix) {
                     table.remove_range(first, last, |removed| {
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                     })?;
                 }
                 for &(_, seq) in corrupt.iter().filter(|c| c.0 == ix) {
                     table.remove_range(seq, seq, |removed| {
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         ledger.add_removed(ix, LossCause::Corrupt, &removed);
                     })?;
                 }
@@ -790,8 +787,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Expired, &removed);
                     }
@@ -803,8 +799,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                     }
@@ -819,8 +814,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                     }
@@ -837,8 +831,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                         evicted = true;
@@ -850,8 +843,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                         evicted = true;
