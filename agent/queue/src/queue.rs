@@ -164,6 +164,24 @@ pub struct FlushOutcome {
     pub refused: PerTier<Option<(u64, u64)>>,
 }
 
+impl FlushOutcome {
+    /// True if `seq` of `tier` is durable: at or below the durable number and not among the
+    /// refused ranges. A waiter whose number is at or below the durable number but refused must
+    /// be failed.
+    pub fn is_durable(&self, tier: Tier, seq: u64) -> bool {
+        let durable = self
+            .durable
+            .get(tier)
+            .is_some_and(|&durable| seq <= durable);
+        let refused = self
+            .refused
+            .get(tier)
+            .and_then(|range| *range)
+            .is_some_and(|(first, last)| (first..=last).contains(&seq));
+        durable && !refused
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct PendingEntry {
     ix: usize,

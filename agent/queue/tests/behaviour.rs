@@ -24,6 +24,10 @@ fn appends_are_durable_only_after_a_flush_and_survive_a_reopen() {
     assert!(queue.next_batch(BatchLimits::default()).unwrap().is_none());
     let outcome = queue.flush(at_ms(2)).unwrap();
     assert_eq!(outcome.durable.safety, 1);
+    assert!(outcome.is_durable(Tier::Safety, seq));
+    assert!(!outcome.is_durable(Tier::Safety, seq + 1));
+    assert!(!outcome.is_durable(Tier::Slo, seq));
+    assert_eq!(outcome.epoch, queue.epoch());
     assert!(outcome.committed);
     let epoch = queue.epoch();
     drop(queue);
