@@ -953,7 +953,9 @@ impl Queue {
         }
         self.pending.entries.truncate(kept);
         self.pending.bytes.truncate(write_at);
-        self.pending.bulk_since = None;
+        // The refusal reports and any acknowledgements still wait: keep a flush due, which also
+        // paces the reopen attempts.
+        self.pending.bulk_since = Some(now);
         self.store = None;
         self.last_retry = Some(now);
         let reason = error.to_string();
