@@ -191,10 +191,11 @@ struct PendingEntry {
 }
 
 /// Appends waiting for the next flush: one byte arena and a fixed-capacity index, both reused.
+/// The index is boxed once at open so the `Queue` itself stays small to move.
 #[derive(Debug)]
 struct Pending {
     bytes: Vec<u8>,
-    entries: heapless::Vec<PendingEntry, PENDING_CAPACITY>,
+    entries: Box<heapless::Vec<PendingEntry, PENDING_CAPACITY>>,
     /// Append time of the oldest waiting safety record, and of the oldest other work.
     safety_since: Option<SystemTime>,
     bulk_since: Option<SystemTime>,
@@ -379,7 +380,7 @@ impl Queue {
             next_seq: state.next_seq,
             pending: Pending {
                 bytes: Vec::with_capacity(max_pending),
-                entries: heapless::Vec::new(),
+                entries: Box::default(),
                 safety_since: None,
                 bulk_since: None,
             },
