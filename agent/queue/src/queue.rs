@@ -461,13 +461,28 @@ impl Queue {
         scratch.clear();
         // Encoding into a Vec cannot run out of space.
         let _ = event.encode(&mut scratch);
-        let result = self.append_encoded(tier, &scratch, now);
+        let result = self.append_valid(tier, &scratch, now);
         self.scratch = scratch;
         result
     }
 
-    /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced).
+    /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced). The
+    /// bytes are decoded once to check they are an `Event` (a record the gateway could not decode
+    /// would poison its whole batch), which allocates; [`Queue::append`] does not.
     pub fn append_encoded(
+        &mut self,
+        tier: Tier,
+        event: &[u8],
+        now: SystemTime,
+    ) -> Result<u64, AppendError> {
+        if Event::decode(event).is_err() {
+            return Err(AppendError::NotAnEvent);
+        }
+        self.append_valid(tier, event, now)
+    }
+
+    /// Appends bytes known to encode an `Event`.
+    fn append_valid(
         &mut self,
         tier: Tier,
         event: &[u8],
