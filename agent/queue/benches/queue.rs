@@ -112,6 +112,17 @@ fn scan_plain(path: &Path, per: usize, mut chunk: impl FnMut(usize)) -> u64 {
     n
 }
 
+/// Runs `queue` and `plain` alternately `RUNS` times (so a disk whose flush latency drifts
+/// affects both columns alike) and returns both medians.
+fn paired(mut queue: impl FnMut(usize) -> f64, mut plain: impl FnMut(usize) -> f64) -> (f64, f64) {
+    let (mut q, mut p) = (Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        q.push(queue(run));
+        p.push(plain(run));
+    }
+    (median(q), median(p))
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
@@ -174,49 +185,33 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
         "safety" => {
             // Each safety event alone in its flush: the worst case of group commit.
             let n = 2000;
-            let queue = median(
-                (0..RUNS)
-                    .map(|r| {
-                        queue_appends(&fresh_dir(root, &format!("s{r}")), Tier::Safety, n, 100, 1)
-                    })
-                    .collect(),
-            );
-            let plain = median(
-                (0..RUNS)
-                    .map(|r| {
-                        plain_appends(&fresh_dir(root, &format!("p{r}")).join("log"), n, 100, 1)
-                    })
-                    .collect(),
+            let (queue, plain) = paired(
+                |r| queue_appends(&fresh_dir(root, &format!("s{r}")), Tier::Safety, n, 100, 1),
+                |r| plain_appends(&fresh_dir(root, &format!("p{r}")).join("log"), n, 100, 1),
             );
             rows.push((
                 "safety appends/s, fsync per append (140 B events)".into(),
                 format!("{queue:.0}"),
                 format!("{plain:.0}"),
             ));
-            let queue = median(
-                (0..RUNS)
-                    .map(|r| {
-                        queue_appends(
-                            &fresh_dir(root, &format!("g{r}")),
-                            Tier::Safety,
-                            n * 5,
-                            100,
-                            10,
-                        )
-                    })
-                    .collect(),
-            );
-            let plain = median(
-                (0..RUNS)
-                    .map(|r| {
-                        plain_appends(
-                            &fresh_dir(root, &format!("q{r}")).join("log"),
-                            n * 5,
-                            100,
-                            10,
-                        )
-                    })
-                    .collect(),
+            let (queue, plain) = paired(
+                |r| {
+                    queue_appends(
+                        &fresh_dir(root, &format!("g{r}")),
+                        Tier::Safety,
+                        n * 5,
+                        100,
+                        10,
+                    )
+                },
+                |r| {
+                    plain_appends(
+                        &fresh_dir(root, &format!("q{r}")).join("log"),
+                        n * 5,
+                        100,
+                        10,
+                    )
+                },
             );
             rows.push((
                 "safety appends/s, group commit of 10".into(),
@@ -227,24 +222,9 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
         "bulk" => {
             let n = 200_000;
             for (tier, label) in [(Tier::Slo, "SLO"), (Tier::Debug, "debug")] {
-                let queue = median(
-                    (0..RUNS)
-                        .map(|r| {
-                            queue_appends(&fresh_dir(root, &format!("b{r}")), tier, n, 150, 1000)
-                        })
-                        .collect(),
-                );
-                let plain = median(
-                    (0..RUNS)
-                        .map(|r| {
-                            plain_appends(
-                                &fresh_dir(root, &format!("c{r}")).join("log"),
-                                n,
-                                150,
-                                1000,
-                            )
-                        })
-                        .collect(),
+                let (queue, plain) = paired(
+                    |r| queue_appends(&fresh_dir(root, &format!("b{r}")), tier, n, 150, 1000),
+                    |r| plain_appends(&fresh_dir(root, &format!("c{r}")).join("log"), n, 150, 1000),
                 );
                 rows.push((
                     format!("{label} appends/s, fsync per 1000 (190 B events)"),
