@@ -4,6 +4,9 @@
 //! the documents index, and the broker ACL of `docs/security.md`, run by a real Mosquitto against
 //! the real agent.
 //!
+//! The status fields the runbook names are read from a real agent's `status --json` and its
+//! queue's snapshot file.
+//!
 //! The keys the parser accepts are not listed here by hand: each table's list is read from the
 //! parser's own refusal of an unknown key ("expected one of ..."), so a key added to the code and
 //! not to the documentation fails these tests.
@@ -490,4 +493,68 @@ fn the_documented_acl_admits_a_machine_under_its_own_id_only_and_lets_the_gatewa
     }));
     assert!(collector.ids(Tier::Debug).is_empty());
     assert!(broker.log().contains("Denied PUBLISH from truck-17"));
+}
+
+/// Backquoted snake_case names in `text`: field names, not paths, keys or commands.
+fn field_names(text: &str) -> Vec<&str> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|token| {
+            !token.is_empty()
+                && token
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .collect()
+}
+
+fn json_keys(value: &serde_json::Value, out: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                out.insert(key.clone());
+                json_keys(value, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| json_keys(item, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn status_fields_named_in_the_runbook_are_in_a_running_agents_status() {
+    let broker = Mosquitto::start().unwrap();
+    let agent = Agent::start(&AgentSetup::new(broker.addr()));
+    // Every field is printed from the first status write, connected or not.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            agent.status()["agent"]["uplink"].is_object()
+        }),
+        "no status; log:\n{}",
+        agent.log()
+    );
+    let mut keys = BTreeSet::new();
+    json_keys(&agent.status(), &mut keys);
+    let snapshot = std::fs::read_to_string(agent.dir.path().join("queue").join("status")).unwrap();
+
+    let start = RUNBOOK.find("`--json` prints everything").unwrap();
+    let paragraph = &RUNBOOK[start..start + RUNBOOK[start..].find("\n\n").unwrap()];
+    let (json_part, snapshot_part) = paragraph.split_once("The queue's own").unwrap();
+    let json_fields = field_names(json_part);
+    assert!(json_fields.len() >= 8, "only {} fields", json_fields.len());
+    for field in json_fields {
+        assert!(
+            keys.contains(field),
+            "docs/runbook.md names `{field}`, which `status --json` does not print"
+        );
+    }
+    let snapshot_fields = field_names(snapshot_part);
+    assert!(snapshot_fields.len() >= 3);
+    for field in snapshot_fields {
+        assert!(
+            snapshot.split_whitespace().any(|word| word == field),
+            "docs/runbook.md names `{field}`, which the queue's snapshot does not hold"
+        );
+    }
 }
