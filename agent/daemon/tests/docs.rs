@@ -5,7 +5,7 @@
 //! the real agent.
 //!
 //! The status fields the runbook names are read from a real agent's `status --json` and its
-//! queue's snapshot file.
+//! queue's snapshot file; the message and event kind names they use, from the wire format.
 //!
 //! The keys the parser accepts are not listed here by hand: each table's list is read from the
 //! parser's own refusal of an unknown key ("expected one of ..."), so a key added to the code and
@@ -32,6 +32,8 @@ const SECURITY: &str = include_str!("../../../docs/security.md");
 const WIRE_PROTOCOL: &str = include_str!("../../../docs/wire-protocol.md");
 const INDEX: &str = include_str!("../../../docs/README.md");
 const PACKAGED: &str = include_str!("../config/agent.toml");
+const PROTO_GENERATED: &str = include_str!("../../../proto/src/generated/edgewatch.v1.rs");
+const PROTO_FRAMING: &str = include_str!("../../../proto/src/framing.rs");
 
 /// The tables of the agent's file: (dotted table, heading of its section in the reference, prefix
 /// of its keys in that section's rows).
@@ -557,4 +559,36 @@ fn status_fields_named_in_the_runbook_are_in_a_running_agents_status() {
             "docs/runbook.md names `{field}`, which the queue's snapshot does not hold"
         );
     }
+}
+
+#[test]
+fn message_and_event_names_in_the_operator_documents_exist_in_the_wire_format() {
+    let mut checked = 0;
+    for (name, doc) in [
+        ("runbook.md", RUNBOOK),
+        ("security.md", SECURITY),
+        ("wire-protocol.md", WIRE_PROTOCOL),
+    ] {
+        for token in doc.split('`').skip(1).step_by(2) {
+            let camel_case = token.starts_with(|c: char| c.is_ascii_uppercase())
+                && token.chars().all(|c| c.is_ascii_alphabetic())
+                && token.chars().any(|c| c.is_ascii_lowercase());
+            if !camel_case {
+                continue;
+            }
+            checked += 1;
+            let defined = [
+                format!("pub struct {token} "),
+                format!("pub enum {token} "),
+                format!("        {token}(super::"),
+            ]
+            .iter()
+            .any(|pattern| PROTO_GENERATED.contains(pattern) || PROTO_FRAMING.contains(pattern));
+            assert!(
+                defined,
+                "docs/{name} names `{token}`, not a message, event kind or error of edgewatch-proto"
+            );
+        }
+    }
+    assert!(checked >= 10, "only {checked} names found");
 }
