@@ -234,6 +234,29 @@ fn every_key_the_parser_accepts_has_a_row_in_the_reference_and_a_line_in_the_com
 }
 
 #[test]
+fn every_key_of_the_reference_is_one_the_parser_accepts() {
+    let gateway = &CONFIGURATION[CONFIGURATION.find("\n## Gateway").unwrap()..];
+    let mut checked = 0;
+    for (table, heading) in TABLES {
+        let known = accepted_keys(&format!("[{table}]"));
+        for row in section(gateway, heading)
+            .lines()
+            .filter(|line| line.starts_with("| `"))
+        {
+            let cell = row.trim_start_matches('|').split('|').next().unwrap_or("");
+            for key in cell.split('`').skip(1).step_by(2) {
+                checked += 1;
+                assert!(
+                    known.iter().any(|k| k == key),
+                    "the section {heading} of docs/configuration.md documents `{key}`, which the parser refuses"
+                );
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} documented keys");
+}
+
+#[test]
 fn the_slo_catalog_example_shows_every_key_of_the_slo_and_prices_tables() {
     let example = toml_block(section(SLO_CATALOG, "## Example configuration"));
     let shown = assigned_keys(example);
