@@ -34,7 +34,7 @@ use edgewatch_samplers::{EventSink, Now};
 use crate::config::Config;
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
-use crate::status::{AgentSnapshot, SourceStatus, StatusWriter};
+use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
 use crate::uplink::{Uplink, UplinkStats};
 
@@ -266,12 +266,8 @@ async fn report_loop(
         queue
             .borrow_mut()
             .refresh_status_snapshot(SystemTime::now());
-        let snapshot = AgentSnapshot::now(
-            started,
-            &uplink.borrow(),
-            &ingest.borrow(),
-            sources.borrow().clone(),
-        );
+        let (uplink, ingest, sources) = (uplink.borrow(), ingest.borrow(), sources.borrow());
+        let snapshot = SnapshotView::now(started, &uplink, &ingest, &sources);
         if let Err(error) = status.write(&snapshot) {
             tracing::warn!(%error, "The status file could not be written.");
         }
@@ -390,57 +386,74 @@ async fn sample_loop(
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = std::time::Instant::now();
-            let now = now();
             let mut list = sources.borrow_mut();
-            list.clear();
-            for source in sampler.status(now) {
-                list.push(SourceStatus {
-                    name: format!("probe:{}", source.loop_name),
-                    state: format!("{:?}", source.state).to_lowercase(),
-                    last_sample_age_s: source.last_sample_age.map(|age| age.as_secs_f64()),
-                });
-            }
-            if let Some(watcher) = &watcher {
-                let status = watcher.status();
-                list.push(SourceStatus {
-                    name: format!("model:{}", status.manifest.display()),
-                    state: match (status.problem, status.hashing, status.current) {
-                        (Some(problem), _, _) => problem.to_owned(),
-                        (None, Some(_), _) => "hashing".into(),
-                        (None, None, Some(current)) => {
-                            format!("{} {}", current.name, current.version)
-                        }
-                        (None, None, None) => "waiting".into(),
-                    },
-                    last_sample_age_s: None,
-                });
-            }
-            if let Some(source) = &tegrastats {
-                let status = source.status();
-                list.push(SourceStatus {
-                    name: "tegrastats".into(),
-                    state: format!(
-                        "{} (samples {}, malformed {}, restarts {})",
-                        if status.running { "running" } else { "stopped" },
-                        status.samples,
-                        status.malformed,
-                        status.restarts
-                    ),
-                    last_sample_age_s: last_line_at.map(|at| at.elapsed().as_secs_f64()),
-                });
-            }
-            if let Some(reader) = &sysfs {
-                let status = reader.status();
-                list.push(SourceStatus {
-                    name: "sysfs".into(),
-                    state: format!(
-                        "polls {}, read errors {}, files {}",
-                        status.polls, status.read_errors, status.open_files
-                    ),
-                    last_sample_age_s: None,
-                });
-            }
+            write_sources(
+                &mut SourceListWriter::new(&mut list),
+                &sampler,
+                watcher.as_ref(),
+                tegrastats.as_ref(),
+                sysfs.as_ref(),
+                last_line_at,
+            );
         }
+    }
+}
+
+/// Refreshes the source list for the status file, rewriting its strings in place (no
+/// allocation once the list has its shape).
+fn write_sources(
+    list: &mut SourceListWriter<'_>,
+    sampler: &DeadlineSampler,
+    watcher: Option<&ModelWatcher>,
+    tegrastats: Option<&TegrastatsSource>,
+    sysfs: Option<&SysfsReader>,
+    last_line_at: Option<std::time::Instant>,
+) {
+    use std::fmt::Write as _;
+    let now = now();
+    for source in sampler.status(now) {
+        let entry = list.entry();
+        let _ = write!(entry.name, "probe:{}", source.loop_name);
+        let _ = write!(entry.state, "{:?}", source.state);
+        entry.state.make_ascii_lowercase();
+        entry.last_sample_age_s = source.last_sample_age.map(|age| age.as_secs_f64());
+    }
+    if let Some(watcher) = watcher {
+        let status = watcher.status();
+        let entry = list.entry();
+        let _ = write!(entry.name, "model:{}", status.manifest.display());
+        let _ = match (status.problem, status.hashing, status.current) {
+            (Some(problem), _, _) => entry.state.write_str(problem),
+            (None, Some(_), _) => entry.state.write_str("hashing"),
+            (None, None, Some(current)) => {
+                write!(entry.state, "{} {}", current.name, current.version)
+            }
+            (None, None, None) => entry.state.write_str("waiting"),
+        };
+    }
+    if let Some(source) = tegrastats {
+        let status = source.status();
+        let entry = list.entry();
+        entry.name.push_str("tegrastats");
+        let _ = write!(
+            entry.state,
+            "{} (samples {}, malformed {}, restarts {})",
+            if status.running { "running" } else { "stopped" },
+            status.samples,
+            status.malformed,
+            status.restarts
+        );
+        entry.last_sample_age_s = last_line_at.map(|at| at.elapsed().as_secs_f64());
+    }
+    if let Some(reader) = sysfs {
+        let status = reader.status();
+        let entry = list.entry();
+        entry.name.push_str("sysfs");
+        let _ = write!(
+            entry.state,
+            "polls {}, read errors {}, files {}",
+            status.polls, status.read_errors, status.open_files
+        );
     }
 }
 
