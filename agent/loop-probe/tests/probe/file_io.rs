@@ -117,6 +117,45 @@ fn records_and_counters_written_are_read_back() {
 }
 
 #[test]
+fn a_read_pass_reads_what_the_reader_methods_read() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(64)).unwrap();
+    let h = w.handle().clone();
+    h.set_model_version(0x42, "perception-1.2").unwrap();
+    h.set_autonomy(AutonomyMode::Autonomous, monotonic_ns())
+        .unwrap();
+    for i in 0..10u64 {
+        w.record(&cycle(i, if i == 4 { BUDGET + 1 } else { 1 }));
+    }
+    let mut by_pass = ProbeReader::open(&path).unwrap();
+    let mut by_calls = ProbeReader::open(&path).unwrap();
+    let mut pass = by_pass.pass().unwrap();
+    let mut pass_records = Vec::new();
+    let pass_stats = pass
+        .poll(monotonic_ns(), &mut |rec| pass_records.push(*rec))
+        .unwrap();
+    let (pass_summary, pass_model, pass_mode) = (
+        pass.summary().unwrap(),
+        pass.model_version().unwrap().unwrap(),
+        pass.autonomy().unwrap().mode,
+    );
+    let mut call_records = Vec::new();
+    let call_stats = by_calls
+        .poll(monotonic_ns(), &mut |rec| call_records.push(*rec))
+        .unwrap();
+    assert_eq!(pass_records, call_records);
+    assert_eq!(pass_stats.new_records, 10);
+    assert_eq!(pass_stats.new_records, call_stats.new_records);
+    assert_eq!(pass_summary, by_calls.summary().unwrap());
+    assert_eq!(pass_summary.cycles.misses, 1);
+    assert_eq!(pass_model.version(), "perception-1.2");
+    assert_eq!(pass_mode, AutonomyMode::Autonomous);
+    // The pass advanced its reader's cursor like a poll does.
+    assert_eq!(drain(&mut by_pass).len(), 0);
+}
+
+#[test]
 fn a_reader_opened_late_starts_at_the_oldest_record_still_in_the_ring() {
     let dir = scratch();
     let path = probe_path(&dir);

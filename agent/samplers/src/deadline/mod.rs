@@ -436,31 +436,34 @@ fn sample<S: EventSink + ?Sized>(
         return;
     };
     let tracker = &mut p.tracker;
-    let slot = match reader.model_version() {
+    // One shrink check (`fstat`) for the pass's four reads.
+    let mut pass = match reader.pass() {
+        Ok(pass) => pass,
+        Err(e) => return fail(p, &e, now, em, sink),
+    };
+    let slot = match pass.model_version() {
         Ok(s) => s,
-        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
         Err(e) => {
             tracker.anomaly(poll_error_detail(&e), now, em, sink);
             None
         }
     };
-    let autonomy = match reader.autonomy() {
+    let autonomy = match pass.autonomy() {
         Ok(a) => Some(a),
-        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
         Err(e) => {
             tracker.anomaly(poll_error_detail(&e), now, em, sink);
             None
         }
     };
     tracker.begin_poll(slot.as_ref(), manifest, machine_mode, now, em, sink);
-    let stats = match reader.poll(now.monotonic_ns, &mut |rec| tracker.record(rec)) {
-        Ok(s) => s,
+    let read = pass
+        .poll(now.monotonic_ns, &mut |rec| tracker.record(rec))
+        .and_then(|stats| pass.summary().map(|summary| (stats, summary)));
+    let (stats, summary) = match read {
+        Ok(read) => read,
         Err(e) => return fail(p, &e, now, em, sink),
     };
-    let summary = match reader.summary() {
-        Ok(s) => s,
-        Err(e) => return fail(p, &e, now, em, sink),
-    };
+    let tracker = &mut p.tracker;
     tracker.end_poll(
         &summary,
         &stats,
