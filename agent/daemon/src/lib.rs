@@ -8,6 +8,7 @@
 //! - [`uplink`]: MQTT v5 drain, safety first, deletion only on PUBACK.
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
 //! - [`status`]: the status file `run` writes and `status` reads.
+//! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
 //! - [`pacing`]: backoff and token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
@@ -18,6 +19,7 @@
 //!   counted, reported loss.
 
 pub mod config;
+pub mod health;
 pub mod ingest;
 pub mod pacing;
 pub mod placement;

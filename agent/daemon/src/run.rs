@@ -159,6 +159,12 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         Rc::clone(&sources),
         shutdown_rx.clone(),
     ));
+    let health = tokio::task::spawn_local(health_loop(
+        shared.clone(),
+        Rc::clone(&uplink_stats),
+        Rc::clone(&ingest_stats),
+        shutdown_rx.clone(),
+    ));
     let status = StatusWriter::new(config.status_file.clone());
     let reporter = tokio::task::spawn_local(report_loop(
         Rc::clone(&shared.queue),
@@ -179,6 +185,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
 
     let _ = ingest_task.await;
     let _ = sampler.await;
+    let _ = health.await;
     if let Ok(Err(error)) = uplink_task.await {
         tracing::warn!(%error, "The uplink stopped with an error.");
     }
@@ -270,6 +277,37 @@ async fn report_loop(
         let snapshot = SnapshotView::now(started, &uplink, &ingest, &sources);
         if let Err(error) = status.write(&snapshot) {
             tracing::warn!(%error, "The status file could not be written.");
+        }
+    }
+}
+
+/// Sends an `AgentHealth` event to the debug tier every minute.
+async fn health_loop(
+    shared: Shared,
+    uplink: Rc<RefCell<UplinkStats>>,
+    ingest: Rc<RefCell<IngestStats>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut reporter = crate::health::HealthReporter::new(SystemTime::now());
+    let mut tick = tokio::time::interval(crate::health::HEALTH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: report once at start.
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = SystemTime::now();
+        let queue = shared.queue.borrow().status(now);
+        let event = reporter.build(
+            now,
+            crate::ingest::monotonic_ns(),
+            &queue,
+            &uplink.borrow(),
+            &ingest.borrow(),
+        );
+        if let Err(error) = shared.append(Tier::Debug, event) {
+            tracing::debug!(%error, "The health report was not queued.");
         }
     }
 }

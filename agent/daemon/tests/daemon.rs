@@ -133,7 +133,7 @@ fn status_reports_queue_uplink_and_staleness_without_touching_the_agent() {
     let broker = Mosquitto::start().unwrap();
     // Someone must subscribe: without one the broker answers "no subscribers" and the agent
     // backs off.
-    let _collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr());
     let mut agent = Agent::start(&AgentSetup::new(broker.addr()));
     submit_all(
         &agent.socket,
@@ -163,7 +163,16 @@ fn status_reports_queue_uplink_and_staleness_without_touching_the_agent() {
     }
     let json = agent.status();
     assert_eq!(json["queue"]["tiers"].as_array().unwrap().len(), 3);
-    assert!(json["agent"]["ingest"]["accepted"].as_u64() >= Some(10));
+    // The agent reports its own health upstream at start (then every minute).
+    assert!(wait_until(Duration::from_secs(10), || {
+        collector.snapshot().iter().any(|r| {
+            r.tier == Tier::Debug
+                && matches!(&r.event.kind, Some(event::Kind::AgentHealth(h)) if h.rss_bytes > 0 && h.tiers.len() == 3)
+        })
+    }));
+    assert!(wait_until(Duration::from_secs(5), || {
+        agent.status()["agent"]["ingest"]["accepted"].as_u64() >= Some(10)
+    }));
 
     agent.terminate();
     std::thread::sleep(super_stale());

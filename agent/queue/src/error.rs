@@ -54,9 +54,12 @@ pub enum AppendError {
         /// The configured limit.
         max: u32,
     },
-    /// The bytes handed in are not a protobuf `Event`.
+    /// The bytes handed in are not a sequence of protobuf fields.
     #[error(transparent)]
     Malformed(#[from] MalformedEvent),
+    /// The bytes handed in are protobuf but do not decode as an `Event`.
+    #[error("bytes do not decode as an edgewatch.v1 Event")]
+    NotAnEvent,
     /// The store cannot be written (disk full or failing): SLO and debug events are refused and
     /// counted as `DiskFull` losses until a flush succeeds again.
     #[error("store is unavailable; SLO and debug events are refused")]

@@ -37,8 +37,11 @@ const FRESH_FILE: &str = "queue.redb.new";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
-/// Eviction frees this much beyond the limit so the loss reports it appends fit too.
+/// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without
+/// evicting again.
 pub const LOSS_RESERVE_BYTES: u64 = 4096;
+/// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
+pub const MAX_REPORT_BYTES: u64 = 160;
 /// `compact_if_drained` rewrites the file only when it is at least this large...
 pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// ...and holds less than this fraction (1/n) of live record bytes.
@@ -144,6 +147,9 @@ pub struct Quarantined {
 /// What a successful flush made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlushOutcome {
+    /// Epoch the sequence numbers below belong to. It changes only when a damaged store was
+    /// replaced; waiters holding numbers of an older epoch must be failed, not completed.
+    pub epoch: u64,
     /// Highest durable sequence number per tier (0: none yet). Every lower number is durable or
     /// was reported lost.
     pub durable: PerTier<u64>,
@@ -153,6 +159,27 @@ pub struct FlushOutcome {
     pub lost: PerTier<u64>,
     /// False if there was nothing to write and no transaction was committed.
     pub committed: bool,
+    /// Sequence ranges (inclusive) dropped since the previous flush returned, by a failed flush
+    /// an `append` ran by itself: awaiting callers must stop waiting for them.
+    pub refused: PerTier<Option<(u64, u64)>>,
+}
+
+impl FlushOutcome {
+    /// True if `seq` of `tier` is durable: at or below the durable number and not among the
+    /// refused ranges. A waiter whose number is at or below the durable number but refused must
+    /// be failed.
+    pub fn is_durable(&self, tier: Tier, seq: u64) -> bool {
+        let durable = self
+            .durable
+            .get(tier)
+            .is_some_and(|&durable| seq <= durable);
+        let refused = self
+            .refused
+            .get(tier)
+            .and_then(|range| *range)
+            .is_some_and(|(first, last)| (first..=last).contains(&seq));
+        durable && !refused
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -164,10 +191,11 @@ struct PendingEntry {
 }
 
 /// Appends waiting for the next flush: one byte arena and a fixed-capacity index, both reused.
+/// The index is boxed once at open so the `Queue` itself stays small to move.
 #[derive(Debug)]
 struct Pending {
     bytes: Vec<u8>,
-    entries: heapless::Vec<PendingEntry, PENDING_CAPACITY>,
+    entries: Box<heapless::Vec<PendingEntry, PENDING_CAPACITY>>,
     /// Append time of the oldest waiting safety record, and of the oldest other work.
     safety_since: Option<SystemTime>,
     bulk_since: Option<SystemTime>,
@@ -217,6 +245,19 @@ impl LossLedger {
             .iter()
             .all(|row| row.iter().all(|acc| acc.incidents == 0))
     }
+
+    /// Upper bound of the bytes the reports of this ledger (and an alarm) add to each tier.
+    fn report_bytes(&self, alarm: bool) -> PerTier<u64> {
+        let mut need = PerTier::<u64>::default();
+        for (ix, row) in self.0.iter().enumerate() {
+            let reports = row.iter().filter(|acc| acc.incidents > 0).count() as u64;
+            *need.at_mut(if ix == 0 { 0 } else { 1 }) += reports * MAX_REPORT_BYTES;
+        }
+        if alarm {
+            need.safety += MAX_REPORT_BYTES;
+        }
+        need
+    }
 }
 
 /// The durable priority-tiered event queue. See the crate documentation.
@@ -239,6 +280,8 @@ pub struct Queue {
     cursor: PerTier<u64>,
     /// Losses noticed outside a write (refusals, overflow), reported at the next commit.
     unreported: LossLedger,
+    /// Ranges dropped by failed flushes, handed to the caller by the next `flush`.
+    refused: PerTier<Option<(u64, u64)>>,
     rates: RateEstimator,
     alarm: WindowAlarm,
     /// Append time (unix ms) of each tier's oldest stored record.
@@ -338,7 +381,7 @@ impl Queue {
             next_seq: state.next_seq,
             pending: Pending {
                 bytes: Vec::with_capacity(max_pending),
-                entries: heapless::Vec::new(),
+                entries: Box::default(),
                 safety_since: None,
                 bulk_since: None,
             },
@@ -346,6 +389,7 @@ impl Queue {
             corrupt: loaded.corrupt,
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
+            refused: PerTier::default(),
             rates: RateEstimator::new(rate_tau),
             alarm: WindowAlarm::default(),
             oldest_ms: loaded.oldest_unix_ms,
@@ -419,13 +463,28 @@ impl Queue {
         scratch.clear();
         // Encoding into a Vec cannot run out of space.
         let _ = event.encode(&mut scratch);
-        let result = self.append_encoded(tier, &scratch, now);
+        let result = self.append_valid(tier, &scratch, now);
         self.scratch = scratch;
         result
     }
 
-    /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced).
+    /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced). The
+    /// bytes are decoded once to check they are an `Event` (a record the gateway could not decode
+    /// would poison its whole batch), which allocates; [`Queue::append`] does not.
     pub fn append_encoded(
+        &mut self,
+        tier: Tier,
+        event: &[u8],
+        now: SystemTime,
+    ) -> Result<u64, AppendError> {
+        if Event::decode(event).is_err() {
+            return Err(AppendError::NotAnEvent);
+        }
+        self.append_valid(tier, event, now)
+    }
+
+    /// Appends bytes known to encode an `Event`.
+    fn append_valid(
         &mut self,
         tier: Tier,
         event: &[u8],
@@ -449,8 +508,9 @@ impl Queue {
                 return Err(AppendError::HoldFull);
             }
         } else if !self.pending_has_room(len) {
-            // The buffer is full: flush inline (the caller's next durable report covers it).
-            let _ = self.flush(now);
+            // The buffer is full: flush inline. The caller's next `flush` reports what this one
+            // made durable or dropped.
+            let _ = self.flush_inner(now);
             if !self.pending_has_room(len) {
                 let cause = if ix == 0 {
                     LossCause::BufferOverflow
@@ -638,7 +698,23 @@ impl Queue {
 
     /// Writes every pending append, deletes acknowledged and corrupt records, expires and evicts
     /// as the budgets require, writes the loss reports, all in one durable transaction.
+    ///
+    /// The outcome (or error) also returns every range dropped since the previous `flush`
+    /// returned, including by a flush an `append` ran by itself.
     pub fn flush(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
+        let result = self.flush_inner(now);
+        let refused = std::mem::take(&mut self.refused);
+        match result {
+            Ok(outcome) => Ok(FlushOutcome {
+                refused,
+                epoch: self.state.epoch,
+                ..outcome
+            }),
+            Err(error) => Err(FlushError { refused, ..error }),
+        }
+    }
+
+    fn flush_inner(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
         self.rates.update(now);
         if self.store.is_none() {
             self.reopen(now)?;
@@ -688,6 +764,7 @@ impl Queue {
         if nothing_to_do {
             self.alarm = alarm;
             return Ok(FlushOutcome {
+                epoch: self.state.epoch,
                 durable: PerTier {
                     safety: durable.safety - 1,
                     slo: durable.slo - 1,
@@ -696,6 +773,7 @@ impl Queue {
                 written: PerTier::default(),
                 lost: PerTier::default(),
                 committed: false,
+                refused: PerTier::default(),
             });
         }
         let Some(StoreSlot(store)) = &self.store else {
@@ -729,8 +807,7 @@ impl Queue {
                     let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
                     if let Some(old) = replaced {
                         // A held record whose earlier commit did land after all.
-                        *state.bytes.at_mut(ix) -= old;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, old);
                     }
                     *state.bytes.at_mut(ix) += bytes;
                     *state.records.at_mut(ix) += 1;
@@ -738,14 +815,12 @@ impl Queue {
                 }
                 for &(_, first, last) in acks.iter().filter(|ack| ack.0 == ix) {
                     table.remove_range(first, last, |removed| {
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                     })?;
                 }
                 for &(_, seq) in corrupt.iter().filter(|c| c.0 == ix) {
                     table.remove_range(seq, seq, |removed| {
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         ledger.add_removed(ix, LossCause::Corrupt, &removed);
                     })?;
                 }
@@ -758,8 +833,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Expired, &removed);
                     }
@@ -771,8 +845,7 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                     }
@@ -787,11 +860,43 @@ impl Queue {
                         let Some(removed) = table.pop_oldest()? else {
                             break;
                         };
-                        *state.bytes.at_mut(ix) -= removed.bytes;
-                        *state.records.at_mut(ix) -= 1;
+                        state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
                     }
+                }
+            }
+            // The reports themselves take room: evict until they fit too, so caps and budget hold
+            // after the commit. Each pass can add at most one more report per tier.
+            for _ in 0..4 {
+                let need = ledger.report_bytes(raise);
+                let mut evicted = false;
+                for ix in [0, 1] {
+                    let mut table = tx.tier(ix)?;
+                    while *state.bytes.at(ix) + *need.at(ix) > *caps.at(ix) {
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
+                        state.forget(ix, removed.bytes);
+                        *lost.at_mut(ix) += 1;
+                        ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        evicted = true;
+                    }
+                }
+                for ix in [2, 1] {
+                    let mut table = tx.tier(ix)?;
+                    while state.bytes.sum() + need.sum() > budget {
+                        let Some(removed) = table.pop_oldest()? else {
+                            break;
+                        };
+                        state.forget(ix, removed.bytes);
+                        *lost.at_mut(ix) += 1;
+                        ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        evicted = true;
+                    }
+                }
+                if !evicted {
+                    break;
                 }
             }
             write_loss_reports(tx, &mut state, &ledger, now, scratch, value, &mut written)?;
@@ -830,6 +935,7 @@ impl Queue {
         self.corrupt.clear();
         let durable = self.state.next_seq;
         Ok(FlushOutcome {
+            epoch: self.state.epoch,
             durable: PerTier {
                 safety: durable.safety - 1,
                 slo: durable.slo - 1,
@@ -838,6 +944,7 @@ impl Queue {
             written,
             lost,
             committed: true,
+            refused: PerTier::default(),
         })
     }
 
@@ -845,7 +952,6 @@ impl Queue {
     /// close the store so a later flush reopens (and repairs) it.
     fn store_failed(&mut self, error: StoreError, now: SystemTime) -> FlushError {
         tracing::warn!(%error, "Queue flush failed; holding safety events, refusing others.");
-        let mut refused = PerTier::<Option<(u64, u64)>>::default();
         let mut kept = 0;
         let mut write_at = 0;
         for i in 0..self.pending.entries.len() {
@@ -866,7 +972,7 @@ impl Queue {
                 let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
                 self.unreported
                     .add(entry.ix, LossCause::DiskFull, Some(entry.seq), bytes);
-                let range = refused.at_mut(entry.ix);
+                let range = self.refused.at_mut(entry.ix);
                 *range = Some(match *range {
                     Some((first, _)) => (first, entry.seq),
                     None => (entry.seq, entry.seq),
@@ -875,14 +981,16 @@ impl Queue {
         }
         self.pending.entries.truncate(kept);
         self.pending.bytes.truncate(write_at);
-        self.pending.bulk_since = None;
+        // The refusal reports and any acknowledgements still wait: keep a flush due, which also
+        // paces the reopen attempts.
+        self.pending.bulk_since = Some(now);
         self.store = None;
         self.last_retry = Some(now);
         let reason = error.to_string();
         self.store_problem = Some(error);
         FlushError {
             reason,
-            refused,
+            refused: self.refused,
             held_safety: kept,
         }
     }
@@ -1378,4 +1486,53 @@ pub(crate) fn unix_ms(time: SystemTime) -> u64 {
 fn unix_ns(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_loss_report_fits_its_reserved_bytes() {
+        let event = Event {
+            seq: 0,
+            event_time_unix_ns: i64::MAX,
+            monotonic_ns: 0,
+            kind: Some(Kind::QueueLoss(QueueLoss {
+                tier: Tier::Debug as i32,
+                cause: LossCause::BufferOverflow as i32,
+                count: u64::MAX,
+                first_seq: u64::MAX,
+                last_seq: u64::MAX,
+                epoch: u64::MAX,
+                bytes: u64::MAX,
+                total: u64::MAX,
+            })),
+        };
+        let mut value = Vec::new();
+        record::encode(&mut value, u64::MAX, u64::MAX, &event.encode_to_vec()).unwrap();
+        assert!(
+            record::KEY_LEN + value.len() as u64 <= MAX_REPORT_BYTES,
+            "{}",
+            value.len()
+        );
+        let alarm = Event {
+            seq: 0,
+            event_time_unix_ns: i64::MAX,
+            monotonic_ns: 0,
+            kind: Some(Kind::OfflineWindowLow(OfflineWindowLow {
+                window_seconds: f64::MAX,
+                threshold_seconds: f64::MAX,
+                append_bytes_per_second: f64::MAX,
+                free_bytes: u64::MAX,
+            })),
+        };
+        value.clear();
+        record::encode(&mut value, u64::MAX, u64::MAX, &alarm.encode_to_vec()).unwrap();
+        assert!(
+            record::KEY_LEN + value.len() as u64 <= MAX_REPORT_BYTES,
+            "{}",
+            value.len()
+        );
+    }
 }

@@ -222,6 +222,24 @@ mod tests {
         assert_eq!(check(&[0; 5], 1), Err(CorruptRecord::Truncated));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_stored_checked_or_refused_without_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            seq in proptest::num::u64::ANY,
+        ) {
+            let mut out = Vec::new();
+            match encode(&mut out, seq, 5, &bytes) {
+                Ok(()) => {
+                    let view = check(&out, seq).unwrap();
+                    proptest::prop_assert_eq!(view.appended_unix_ms, 5);
+                    proptest::prop_assert!(view.event.len() <= bytes.len() + 11);
+                }
+                Err(_) => proptest::prop_assert!(out.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn an_empty_event_is_stored_as_just_its_seq() {
         let mut out = Vec::new();

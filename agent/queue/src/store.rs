@@ -55,6 +55,15 @@ pub struct Persisted {
 }
 
 impl Persisted {
+    /// Takes one record of `bytes` off tier `ix`'s counts (saturating: counts repaired at open
+    /// never make a deletion fail).
+    pub fn forget(&mut self, ix: usize, bytes: u64) {
+        let stored = self.bytes.at_mut(ix);
+        *stored = stored.saturating_sub(bytes);
+        let records = self.records.at_mut(ix);
+        *records = records.saturating_sub(1);
+    }
+
     /// The state of a store just created.
     pub fn fresh(epoch: u64) -> Self {
         Self {

@@ -24,6 +24,10 @@ fn appends_are_durable_only_after_a_flush_and_survive_a_reopen() {
     assert!(queue.next_batch(BatchLimits::default()).unwrap().is_none());
     let outcome = queue.flush(at_ms(2)).unwrap();
     assert_eq!(outcome.durable.safety, 1);
+    assert!(outcome.is_durable(Tier::Safety, seq));
+    assert!(!outcome.is_durable(Tier::Safety, seq + 1));
+    assert!(!outcome.is_durable(Tier::Slo, seq));
+    assert_eq!(outcome.epoch, queue.epoch());
     assert!(outcome.committed);
     let epoch = queue.epoch();
     drop(queue);
@@ -195,10 +199,20 @@ fn bad_appends_are_refused_with_a_reason() {
         queue.append(Tier::Debug, &named_event("x", 20_000), at_ms(1)),
         Err(AppendError::TooLarge { .. })
     ));
-    assert!(matches!(
+    assert_eq!(
         queue.append_encoded(Tier::Debug, &[0x0a, 0x05, 0x01], at_ms(1)),
-        Err(AppendError::Malformed(_))
-    ));
+        Err(AppendError::NotAnEvent)
+    );
+    // Well-formed protobuf, but field 2 (an int64) as a length-delimited field.
+    assert_eq!(
+        queue.append_encoded(Tier::Debug, &[0x12, 0x01, 0x00], at_ms(1)),
+        Err(AppendError::NotAnEvent)
+    );
+    let good = prost::Message::encode_to_vec(&named_event("ok", 1));
+    assert_eq!(queue.append_encoded(Tier::Debug, &good, at_ms(1)), Ok(1));
+    queue.flush(at_ms(2)).unwrap();
+    let all = read_everything(&mut queue);
+    assert_eq!(name_of(&all[&(Tier::Debug, 1)]), Some("ok"));
     assert_eq!(queue.pending_records(), 0);
 }
 

@@ -92,6 +92,10 @@ fn a_full_disk_refuses_lower_tiers_holds_safety_and_reports_everything_when_spac
     );
     let held_at_failure = failure.held_safety;
     assert!(
+        queue.next_flush_at().is_some(),
+        "a flush stays due to retry the store and write the refusal reports"
+    );
+    assert!(
         held_at_failure > 0,
         "the failed flush held its safety appends"
     );

@@ -283,7 +283,14 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
         .iter()
         .map(|((tier, seq), event)| (*tier as usize - 1, *seq, name_of(event).unwrap().to_owned()))
         .collect();
-    prop_assert_eq!(got, expected);
+    let differ: Vec<_> = got.symmetric_difference(&expected).take(5).collect();
+    prop_assert!(
+        differ.is_empty(),
+        "{} records read back, {} expected; first differences: {:?}",
+        got.len(),
+        expected.len(),
+        differ
+    );
     Ok(())
 }
 

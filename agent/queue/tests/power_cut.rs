@@ -12,14 +12,14 @@
 
 mod util;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use edgewatch_queue::Queue;
-use util::child::{Rng, env_count, run_and_kill, seed};
+use util::child::{KillAt, Rng, env_count, run_and_kill, seed};
 use util::ledger::Ledger;
 use util::system::{Mount, WritebackHeld, make_ext4, privileged};
 
-const BUDGET: u64 = 1024 * 1024;
+const BUDGET: u64 = 512 * 1024;
 const IMAGE_BYTES: u64 = 48 * 1024 * 1024;
 
 #[test]
@@ -40,8 +40,8 @@ fn records_reported_durable_survive_power_cuts_and_every_loss_is_counted() {
     for cut in 0..cuts {
         let mount = Mount::new(&image, &mnt).unwrap();
         let queue_dir = mount.dir.join("queue");
-        let after = Duration::from_millis(100 + rng.below(400));
-        let output = run_and_kill(&queue_dir, cut, rng.below(u64::MAX), BUDGET, after);
+        let kill = KillAt::random(&mut rng, 400);
+        let output = run_and_kill(&queue_dir, cut, rng.below(u64::MAX), BUDGET, kill);
         // The power cut: only what the loop device wrote into the image file survives.
         let next = work.path().join(format!("image-{}", cut + 1));
         std::fs::copy(&image, &next).unwrap();

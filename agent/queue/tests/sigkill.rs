@@ -9,10 +9,10 @@
 
 mod util;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use edgewatch_queue::Queue;
-use util::child::{Rng, env_count, run_and_kill, seed};
+use util::child::{KillAt, Rng, env_count, run_and_kill, seed};
 use util::ledger::Ledger;
 
 /// Small enough that the runs evict (so eviction accounting is exercised), large enough to keep
@@ -28,8 +28,8 @@ fn records_reported_durable_survive_sigkill_and_every_loss_is_counted() {
     let mut ledger = Ledger::default();
     let mut totals = util::ledger::Checked::default();
     for run in 0..kills {
-        let after = Duration::from_millis(10 + rng.below(150));
-        let output = run_and_kill(&queue_dir, run, rng.below(u64::MAX), BUDGET, after);
+        let kill = KillAt::random(&mut rng, 120);
+        let output = run_and_kill(&queue_dir, run, rng.below(u64::MAX), BUDGET, kill);
         ledger.ingest(&output).unwrap();
         if run % 25 == 24 || run + 1 == kills {
             let (mut queue, report) = Queue::open(

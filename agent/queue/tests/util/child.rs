@@ -37,8 +37,30 @@ pub fn env_count(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Starts the workload on `dir`, lets it run for `after`, SIGKILLs it and returns its stdout.
-pub fn run_and_kill(dir: &Path, run: u64, seed: u64, budget: u64, after: Duration) -> String {
+/// When to SIGKILL the workload.
+#[derive(Clone, Copy, Debug)]
+pub enum KillAt {
+    /// This long after the process started (possibly while it opens and repairs the queue).
+    AfterSpawn(Duration),
+    /// This long after it reported the queue open (while it writes).
+    AfterOpen(Duration),
+}
+
+impl KillAt {
+    /// Mostly while writing, sometimes while opening: one kill in five lands at a random moment
+    /// from the start.
+    pub fn random(rng: &mut Rng, max_ms: u64) -> Self {
+        let after = Duration::from_millis(rng.below(max_ms));
+        if rng.below(5) == 0 {
+            Self::AfterSpawn(after)
+        } else {
+            Self::AfterOpen(after)
+        }
+    }
+}
+
+/// Starts the workload on `dir`, SIGKILLs it at `kill` and returns its stdout.
+pub fn run_and_kill(dir: &Path, run: u64, seed: u64, budget: u64, kill: KillAt) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_queue-workload"))
         .arg(dir)
         .arg(run.to_string())
@@ -49,12 +71,33 @@ pub fn run_and_kill(dir: &Path, run: u64, seed: u64, budget: u64, after: Duratio
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
+    let (opened_tx, opened) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        let _ = stdout.read_to_string(&mut out);
-        out
+        let mut out = Vec::new();
+        let mut buf = [0u8; 8192];
+        let mut told = false;
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    out.extend_from_slice(&buf[..n]);
+                    if !told && out.contains(&b'\n') {
+                        told = true;
+                        let _ = opened_tx.send(());
+                    }
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
     });
-    std::thread::sleep(after);
+    match kill {
+        KillAt::AfterSpawn(after) => std::thread::sleep(after),
+        KillAt::AfterOpen(after) => {
+            // A child that never opens is killed after the timeout and fails the check later.
+            let _ = opened.recv_timeout(Duration::from_secs(20));
+            std::thread::sleep(after);
+        }
+    }
     // Child::kill sends SIGKILL on Unix.
     let _ = child.kill();
     let status = child.wait().unwrap();
