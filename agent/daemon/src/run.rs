@@ -36,6 +36,7 @@ use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
 use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
+use crate::ticker::Ticker;
 use crate::uplink::{Uplink, UplinkStats};
 
 /// Why the agent stopped with an error.
@@ -376,26 +377,35 @@ async fn sample_loop(
         now(),
         None,
     );
-    let mut tick = tokio::time::interval(sampler.poll_interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut sysfs_tick = tokio::time::interval(thermal.sysfs.poll_interval);
-    sysfs_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // One clock for the probes and sysfs, each polled when its interval is due.
+    let probe_interval = sampler.poll_interval();
+    let sysfs_interval = thermal.sysfs.poll_interval;
+    let period = match sysfs {
+        Some(_) => probe_interval.min(sysfs_interval),
+        None => probe_interval,
+    };
+    let armed_at = std::time::Instant::now();
+    let mut clock = SampleClock::new(period);
+    let mut probes_due = armed_at + probe_interval;
+    let mut sysfs_due = armed_at + sysfs_interval;
     let mut last_status = std::time::Instant::now() - Duration::from_secs(1);
     let mut last_line_at: Option<std::time::Instant> = None;
     loop {
         let stop = tokio::select! {
-            _ = tick.tick() => {
-                let now = now();
-                if let Some(watcher) = watcher.as_mut() {
-                    watcher.tick(now, &mut sink);
+            () = clock.tick() => {
+                let at = std::time::Instant::now();
+                if at >= probes_due {
+                    probes_due = next_due(probes_due, probe_interval, at);
+                    let now = now();
+                    if let Some(watcher) = watcher.as_mut() {
+                        watcher.tick(now, &mut sink);
+                    }
+                    let model = watcher.as_ref().and_then(ModelWatcher::current);
+                    sampler.poll(now, model, &mut sink);
+                    thermal_sampler.tick(now, model, &mut sink);
                 }
-                let model = watcher.as_ref().and_then(ModelWatcher::current);
-                sampler.poll(now, model, &mut sink);
-                thermal_sampler.tick(now, model, &mut sink);
-                false
-            }
-            _ = sysfs_tick.tick(), if sysfs.is_some() => {
-                if let Some(reader) = sysfs.as_mut() {
+                if let Some(reader) = sysfs.as_mut().filter(|_| at >= sysfs_due) {
+                    sysfs_due = next_due(sysfs_due, sysfs_interval, at);
                     let model = watcher.as_ref().and_then(ModelWatcher::current);
                     thermal_sampler.on_sysfs(reader.read(), now(), model, &mut sink);
                 }
@@ -435,6 +445,52 @@ async fn sample_loop(
             );
         }
     }
+}
+
+/// The sampling loop's clock: a timerfd (see [`crate::ticker`]), or tokio's interval if the
+/// kernel refuses one.
+enum SampleClock {
+    TimerFd(Ticker),
+    Tokio(tokio::time::Interval),
+}
+
+impl SampleClock {
+    fn new(period: Duration) -> Self {
+        match Ticker::new(period) {
+            Ok(ticker) => Self::TimerFd(ticker),
+            Err(error) => {
+                tracing::warn!(%error, "No timerfd; sampling on the runtime's timers.");
+                let mut interval = tokio::time::interval(period.max(crate::ticker::MIN_PERIOD));
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                Self::Tokio(interval)
+            }
+        }
+    }
+
+    async fn tick(&mut self) {
+        match self {
+            Self::TimerFd(ticker) => {
+                if let Err(error) = ticker.tick().await {
+                    tracing::warn!(%error, "The sampling timerfd failed; sampling on the runtime's timers.");
+                    *self = Self::Tokio(tokio::time::interval(ticker.period()));
+                }
+            }
+            Self::Tokio(interval) => {
+                interval.tick().await;
+            }
+        }
+    }
+}
+
+/// The next due time after `at`: one interval on, or more when ticks were missed (skipped, not
+/// caught up).
+fn next_due(
+    due: std::time::Instant,
+    interval: Duration,
+    at: std::time::Instant,
+) -> std::time::Instant {
+    let next = due + interval;
+    if next > at { next } else { at + interval }
 }
 
 /// Refreshes the source list for the status file, rewriting its strings in place (no

@@ -470,14 +470,26 @@ impl ProbeReader {
     /// Whether the producer is alive, stalled (heartbeat older than 3 periods at `now_ns`),
     /// dead (its lock is gone) or replaced. Three syscalls: `fstat`, `stat`, `flock`.
     pub fn liveness(&self, now_ns: u64) -> Result<Liveness, PollError> {
+        self.liveness_checking_path(now_ns, true)
+    }
+
+    /// As [`ProbeReader::liveness`], but the path is examined (`stat`) only when the producer's
+    /// lock is gone: two syscalls while the producer lives. What this cannot see is a new file at
+    /// the path while the old producer still holds its lock; a poller calls
+    /// [`ProbeReader::liveness`] on a timer as well.
+    pub fn liveness_while_locked(&self, now_ns: u64) -> Result<Liveness, PollError> {
+        self.liveness_checking_path(now_ns, false)
+    }
+
+    fn liveness_checking_path(&self, now_ns: u64, always: bool) -> Result<Liveness, PollError> {
         self.guard()?;
-        match stat_path(&self.c_path) {
-            Ok(st) if (st.st_dev, st.st_ino) != (self.dev, self.ino) => {
-                return Ok(Liveness::Restarted(RestartReason::NewInode));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => return Err(PollError::Io { op: "stat", source }),
+        let replaced = || match stat_path(&self.c_path) {
+            Ok(st) => Ok((st.st_dev, st.st_ino) != (self.dev, self.ino)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(PollError::Io { op: "stat", source }),
+        };
+        if always && replaced()? {
+            return Ok(Liveness::Restarted(RestartReason::NewInode));
         }
         if let Err(PollError::ProducerRestarted(r)) = self.check_epoch() {
             return Ok(Liveness::Restarted(r));
@@ -493,6 +505,9 @@ impl ProbeReader {
         match flock(&self.lock_file, libc::LOCK_SH | libc::LOCK_NB) {
             Ok(()) => {
                 let _ = flock(&self.lock_file, libc::LOCK_UN);
+                if !always && replaced()? {
+                    return Ok(Liveness::Restarted(RestartReason::NewInode));
+                }
                 return Ok(Liveness::Dead);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

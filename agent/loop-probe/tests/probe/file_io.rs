@@ -234,6 +234,38 @@ fn a_new_producer_is_seen_as_a_restart_and_reopen_follows_it() {
 }
 
 #[test]
+fn the_lighter_liveness_check_sees_a_new_file_once_the_old_producer_is_gone() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w1 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w1.record(&cycle(0, 1));
+    let r = ProbeReader::open(&path).unwrap();
+    // A second file takes the path while the first producer still holds its lock.
+    let aside = dir.path().join("first.probe");
+    std::fs::rename(&path, &aside).unwrap();
+    let mut w2 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w2.record(&cycle(100, 1));
+    let now = monotonic_ns();
+    assert!(matches!(
+        r.liveness_while_locked(now).unwrap(),
+        Liveness::Alive | Liveness::Stalled { .. }
+    ));
+    assert_eq!(
+        r.liveness(now).unwrap(),
+        Liveness::Restarted(RestartReason::NewInode)
+    );
+    drop(w1);
+    assert_eq!(
+        r.liveness_while_locked(now).unwrap(),
+        Liveness::Restarted(RestartReason::NewInode)
+    );
+    // Without a new file, a released lock is a death.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    assert_eq!(r.liveness_while_locked(now).unwrap(), Liveness::Dead);
+}
+
+#[test]
 fn a_heartbeat_older_than_three_periods_is_a_stall() {
     let dir = scratch();
     let path = probe_path(&dir);
