@@ -26,4 +26,5 @@ pub mod placement;
 pub mod run;
 pub mod status;
 pub mod systemd;
+pub mod ticker;
 pub mod uplink;

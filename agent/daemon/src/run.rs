@@ -34,8 +34,9 @@ use edgewatch_samplers::{EventSink, Now};
 use crate::config::Config;
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
-use crate::status::{AgentSnapshot, SourceStatus, StatusWriter};
+use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
+use crate::ticker::Ticker;
 use crate::uplink::{Uplink, UplinkStats};
 
 /// Why the agent stopped with an error.
@@ -273,12 +274,8 @@ async fn report_loop(
         queue
             .borrow_mut()
             .refresh_status_snapshot(SystemTime::now());
-        let snapshot = AgentSnapshot::now(
-            started,
-            &uplink.borrow(),
-            &ingest.borrow(),
-            sources.borrow().clone(),
-        );
+        let (uplink, ingest, sources) = (uplink.borrow(), ingest.borrow(), sources.borrow());
+        let snapshot = SnapshotView::now(started, &uplink, &ingest, &sources);
         if let Err(error) = status.write(&snapshot) {
             tracing::warn!(%error, "The status file could not be written.");
         }
@@ -380,26 +377,35 @@ async fn sample_loop(
         now(),
         None,
     );
-    let mut tick = tokio::time::interval(sampler.poll_interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut sysfs_tick = tokio::time::interval(thermal.sysfs.poll_interval);
-    sysfs_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // One clock for the probes and sysfs, each polled when its interval is due.
+    let probe_interval = sampler.poll_interval();
+    let sysfs_interval = thermal.sysfs.poll_interval;
+    let period = match sysfs {
+        Some(_) => probe_interval.min(sysfs_interval),
+        None => probe_interval,
+    };
+    let armed_at = std::time::Instant::now();
+    let mut clock = SampleClock::new(period);
+    let mut probes_due = armed_at + probe_interval;
+    let mut sysfs_due = armed_at + sysfs_interval;
     let mut last_status = std::time::Instant::now() - Duration::from_secs(1);
     let mut last_line_at: Option<std::time::Instant> = None;
     loop {
         let stop = tokio::select! {
-            _ = tick.tick() => {
-                let now = now();
-                if let Some(watcher) = watcher.as_mut() {
-                    watcher.tick(now, &mut sink);
+            () = clock.tick() => {
+                let at = std::time::Instant::now();
+                if at >= probes_due {
+                    probes_due = next_due(probes_due, probe_interval, at);
+                    let now = now();
+                    if let Some(watcher) = watcher.as_mut() {
+                        watcher.tick(now, &mut sink);
+                    }
+                    let model = watcher.as_ref().and_then(ModelWatcher::current);
+                    sampler.poll(now, model, &mut sink);
+                    thermal_sampler.tick(now, model, &mut sink);
                 }
-                let model = watcher.as_ref().and_then(ModelWatcher::current);
-                sampler.poll(now, model, &mut sink);
-                thermal_sampler.tick(now, model, &mut sink);
-                false
-            }
-            _ = sysfs_tick.tick(), if sysfs.is_some() => {
-                if let Some(reader) = sysfs.as_mut() {
+                if let Some(reader) = sysfs.as_mut().filter(|_| at >= sysfs_due) {
+                    sysfs_due = next_due(sysfs_due, sysfs_interval, at);
                     let model = watcher.as_ref().and_then(ModelWatcher::current);
                     thermal_sampler.on_sysfs(reader.read(), now(), model, &mut sink);
                 }
@@ -428,57 +434,120 @@ async fn sample_loop(
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = std::time::Instant::now();
-            let now = now();
             let mut list = sources.borrow_mut();
-            list.clear();
-            for source in sampler.status(now) {
-                list.push(SourceStatus {
-                    name: format!("probe:{}", source.loop_name),
-                    state: format!("{:?}", source.state).to_lowercase(),
-                    last_sample_age_s: source.last_sample_age.map(|age| age.as_secs_f64()),
-                });
-            }
-            if let Some(watcher) = &watcher {
-                let status = watcher.status();
-                list.push(SourceStatus {
-                    name: format!("model:{}", status.manifest.display()),
-                    state: match (status.problem, status.hashing, status.current) {
-                        (Some(problem), _, _) => problem.to_owned(),
-                        (None, Some(_), _) => "hashing".into(),
-                        (None, None, Some(current)) => {
-                            format!("{} {}", current.name, current.version)
-                        }
-                        (None, None, None) => "waiting".into(),
-                    },
-                    last_sample_age_s: None,
-                });
-            }
-            if let Some(source) = &tegrastats {
-                let status = source.status();
-                list.push(SourceStatus {
-                    name: "tegrastats".into(),
-                    state: format!(
-                        "{} (samples {}, malformed {}, restarts {})",
-                        if status.running { "running" } else { "stopped" },
-                        status.samples,
-                        status.malformed,
-                        status.restarts
-                    ),
-                    last_sample_age_s: last_line_at.map(|at| at.elapsed().as_secs_f64()),
-                });
-            }
-            if let Some(reader) = &sysfs {
-                let status = reader.status();
-                list.push(SourceStatus {
-                    name: "sysfs".into(),
-                    state: format!(
-                        "polls {}, read errors {}, files {}",
-                        status.polls, status.read_errors, status.open_files
-                    ),
-                    last_sample_age_s: None,
-                });
+            write_sources(
+                &mut SourceListWriter::new(&mut list),
+                &sampler,
+                watcher.as_ref(),
+                tegrastats.as_ref(),
+                sysfs.as_ref(),
+                last_line_at,
+            );
+        }
+    }
+}
+
+/// The sampling loop's clock: a timerfd (see [`crate::ticker`]), or tokio's interval if the
+/// kernel refuses one.
+enum SampleClock {
+    TimerFd(Ticker),
+    Tokio(tokio::time::Interval),
+}
+
+impl SampleClock {
+    fn new(period: Duration) -> Self {
+        match Ticker::new(period) {
+            Ok(ticker) => Self::TimerFd(ticker),
+            Err(error) => {
+                tracing::warn!(%error, "No timerfd; sampling on the runtime's timers.");
+                let mut interval = tokio::time::interval(period.max(crate::ticker::MIN_PERIOD));
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                Self::Tokio(interval)
             }
         }
+    }
+
+    async fn tick(&mut self) {
+        match self {
+            Self::TimerFd(ticker) => {
+                if let Err(error) = ticker.tick().await {
+                    tracing::warn!(%error, "The sampling timerfd failed; sampling on the runtime's timers.");
+                    *self = Self::Tokio(tokio::time::interval(ticker.period()));
+                }
+            }
+            Self::Tokio(interval) => {
+                interval.tick().await;
+            }
+        }
+    }
+}
+
+/// The next due time after `at`: one interval on, or more when ticks were missed (skipped, not
+/// caught up).
+fn next_due(
+    due: std::time::Instant,
+    interval: Duration,
+    at: std::time::Instant,
+) -> std::time::Instant {
+    let next = due + interval;
+    if next > at { next } else { at + interval }
+}
+
+/// Refreshes the source list for the status file, rewriting its strings in place (no
+/// allocation once the list has its shape).
+fn write_sources(
+    list: &mut SourceListWriter<'_>,
+    sampler: &DeadlineSampler,
+    watcher: Option<&ModelWatcher>,
+    tegrastats: Option<&TegrastatsSource>,
+    sysfs: Option<&SysfsReader>,
+    last_line_at: Option<std::time::Instant>,
+) {
+    use std::fmt::Write as _;
+    let now = now();
+    for source in sampler.status(now) {
+        let entry = list.entry();
+        let _ = write!(entry.name, "probe:{}", source.loop_name);
+        let _ = write!(entry.state, "{:?}", source.state);
+        entry.state.make_ascii_lowercase();
+        entry.last_sample_age_s = source.last_sample_age.map(|age| age.as_secs_f64());
+    }
+    if let Some(watcher) = watcher {
+        let status = watcher.status();
+        let entry = list.entry();
+        let _ = write!(entry.name, "model:{}", status.manifest.display());
+        let _ = match (status.problem, status.hashing, status.current) {
+            (Some(problem), _, _) => entry.state.write_str(problem),
+            (None, Some(_), _) => entry.state.write_str("hashing"),
+            (None, None, Some(current)) => {
+                write!(entry.state, "{} {}", current.name, current.version)
+            }
+            (None, None, None) => entry.state.write_str("waiting"),
+        };
+    }
+    if let Some(source) = tegrastats {
+        let status = source.status();
+        let entry = list.entry();
+        entry.name.push_str("tegrastats");
+        let _ = write!(
+            entry.state,
+            "{} (samples {}, malformed {}, restarts {})",
+            if status.running { "running" } else { "stopped" },
+            status.samples,
+            status.malformed,
+            status.restarts
+        );
+        entry.last_sample_age_s = last_line_at.map(|at| at.elapsed().as_secs_f64());
+    }
+    if let Some(reader) = sysfs {
+        let status = reader.status();
+        let entry = list.entry();
+        entry.name.push_str("sysfs");
+        let _ = write!(
+            entry.state,
+            "polls {}, read errors {}, files {}",
+            status.polls, status.read_errors, status.open_files
+        );
     }
 }
 

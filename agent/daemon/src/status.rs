@@ -54,32 +54,56 @@ fn unix_ms(time: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-impl AgentSnapshot {
+/// What `run` writes every second: the same fields as [`AgentSnapshot`], borrowed from the
+/// live counters so that writing a snapshot allocates nothing.
+#[derive(Debug, Serialize)]
+pub struct SnapshotView<'a> {
+    /// When this snapshot was taken (ms since the Unix epoch).
+    pub as_of_unix_ms: u64,
+    /// Process id of the agent.
+    pub pid: u32,
+    /// Agent version.
+    pub version: &'static str,
+    /// Seconds since the agent started.
+    pub uptime_s: u64,
+    /// Uplink state.
+    pub uplink: &'a UplinkStats,
+    /// Local ingest counters.
+    pub ingest: &'a IngestStats,
+    /// Sampling sources and the age of their last sample.
+    pub sources: &'a [SourceStatus],
+}
+
+impl<'a> SnapshotView<'a> {
     /// The snapshot as of now.
     pub fn now(
         started: SystemTime,
-        uplink: &UplinkStats,
-        ingest: &IngestStats,
-        sources: Vec<SourceStatus>,
+        uplink: &'a UplinkStats,
+        ingest: &'a IngestStats,
+        sources: &'a [SourceStatus],
     ) -> Self {
         let now = SystemTime::now();
         Self {
             as_of_unix_ms: unix_ms(now),
             pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: env!("CARGO_PKG_VERSION"),
             uptime_s: now.duration_since(started).map_or(0, |d| d.as_secs()),
-            uplink: serde_json::to_value(uplink).unwrap_or_default(),
-            ingest: serde_json::to_value(ingest).unwrap_or_default(),
+            uplink,
+            ingest,
             sources,
         }
     }
 }
 
-/// Writes snapshots atomically to one path.
+/// Room reserved for one snapshot's JSON: several times a typical one, so the buffer never
+/// grows while the agent runs.
+const SNAPSHOT_CAPACITY: usize = 16 * 1024;
+
+/// Writes snapshots atomically to one path, through one reused buffer.
 pub struct StatusWriter {
     path: PathBuf,
     temp: PathBuf,
-    text: String,
+    json: Vec<u8>,
 }
 
 impl StatusWriter {
@@ -90,17 +114,61 @@ impl StatusWriter {
         Self {
             path,
             temp: temp.into(),
-            text: String::new(),
+            json: Vec::with_capacity(SNAPSHOT_CAPACITY),
         }
     }
 
     /// Replaces the file with `snapshot`.
-    pub fn write(&mut self, snapshot: &AgentSnapshot) -> std::io::Result<()> {
-        self.text.clear();
-        self.text
-            .push_str(&serde_json::to_string_pretty(snapshot).map_err(std::io::Error::other)?);
-        std::fs::write(&self.temp, &self.text)?;
+    pub fn write(&mut self, snapshot: &SnapshotView<'_>) -> std::io::Result<()> {
+        self.json.clear();
+        serde_json::to_writer_pretty(&mut self.json, snapshot).map_err(std::io::Error::other)?;
+        std::fs::write(&self.temp, &self.json)?;
         std::fs::rename(&self.temp, &self.path)
+    }
+}
+
+impl SourceStatus {
+    /// An empty entry with room for typical names and states.
+    pub fn with_capacity() -> Self {
+        Self {
+            name: String::with_capacity(64),
+            state: String::with_capacity(64),
+            last_sample_age_s: None,
+        }
+    }
+}
+
+/// Rewrites a source list in place: entry `i` keeps its strings (and their capacity) from one
+/// refresh to the next, so a list whose shape does not change allocates nothing.
+pub struct SourceListWriter<'a> {
+    list: &'a mut Vec<SourceStatus>,
+    len: usize,
+}
+
+impl<'a> SourceListWriter<'a> {
+    /// Starts rewriting `list`.
+    pub fn new(list: &'a mut Vec<SourceStatus>) -> Self {
+        Self { list, len: 0 }
+    }
+
+    /// The next entry, cleared.
+    pub fn entry(&mut self) -> &mut SourceStatus {
+        if self.len == self.list.len() {
+            self.list.push(SourceStatus::with_capacity());
+        }
+        let entry = &mut self.list[self.len];
+        self.len += 1;
+        entry.name.clear();
+        entry.state.clear();
+        entry.last_sample_age_s = None;
+        entry
+    }
+}
+
+impl Drop for SourceListWriter<'_> {
+    /// Drops the entries not rewritten this time.
+    fn drop(&mut self) {
+        self.list.truncate(self.len);
     }
 }
 

@@ -39,6 +39,8 @@ pub use protocol::{
     AutonomyState, Cycle, CycleCounters, EventCounters, ModelVersion, PollStats, Record, SlotBusy,
 };
 #[cfg(not(loom))]
-pub use reader::{Liveness, OpenError, PollError, ProbeInfo, ProbeReader, RestartReason, Summary};
+pub use reader::{
+    Liveness, OpenError, PollError, ProbeInfo, ProbeReader, ReadPass, RestartReason, Summary,
+};
 #[cfg(not(loom))]
 pub use writer::{CreateError, MemoryLock, ProbeHandle, ProbeWriter, SetModelError, WriterConfig};

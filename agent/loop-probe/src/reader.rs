@@ -367,6 +367,14 @@ impl ProbeReader {
         sink: &mut F,
     ) -> Result<PollStats, PollError> {
         self.guard()?;
+        self.poll_unguarded(now_ns, sink)
+    }
+
+    fn poll_unguarded<F: FnMut(&Record)>(
+        &mut self,
+        now_ns: u64,
+        sink: &mut F,
+    ) -> Result<PollStats, PollError> {
         self.check_epoch()?;
         let h = self.header();
         let ring = RingRef {
@@ -393,6 +401,10 @@ impl ProbeReader {
     /// The cumulative counters.
     pub fn summary(&self) -> Result<Summary, PollError> {
         self.guard()?;
+        self.summary_unguarded()
+    }
+
+    fn summary_unguarded(&self) -> Result<Summary, PollError> {
         let h = self.header();
         let cycles = read_summary(&h.summary).ok_or(PollError::Busy { what: "summary" })?;
         if cycles.misses > cycles.cycles {
@@ -419,6 +431,10 @@ impl ProbeReader {
     /// The model version, or `None` if the producer never set one.
     pub fn model_version(&self) -> Result<Option<ModelVersion>, PollError> {
         self.guard()?;
+        self.model_version_unguarded()
+    }
+
+    fn model_version_unguarded(&self) -> Result<Option<ModelVersion>, PollError> {
         match read_model(&self.header().model) {
             CellRead::Value(m) => Ok(Some(m)),
             CellRead::Empty => Ok(None),
@@ -432,6 +448,10 @@ impl ProbeReader {
     /// The autonomy mode and time per mode.
     pub fn autonomy(&self) -> Result<AutonomyState, PollError> {
         self.guard()?;
+        self.autonomy_unguarded()
+    }
+
+    fn autonomy_unguarded(&self) -> Result<AutonomyState, PollError> {
         match read_autonomy(&self.header().autonomy) {
             CellRead::Value(a) => Ok(a),
             CellRead::Empty | CellRead::Busy => Err(PollError::Busy { what: "autonomy" }),
@@ -439,17 +459,37 @@ impl ProbeReader {
         }
     }
 
+    /// Starts a read pass: one `fstat` shrink check covering the reads made through the
+    /// returned [`ReadPass`], instead of one per call. For a poller that reads the model slot,
+    /// the autonomy cell, the new records and the summary together (four `fstat`s become one).
+    pub fn pass(&mut self) -> Result<ReadPass<'_>, PollError> {
+        self.guard()?;
+        Ok(ReadPass { reader: self })
+    }
+
     /// Whether the producer is alive, stalled (heartbeat older than 3 periods at `now_ns`),
     /// dead (its lock is gone) or replaced. Three syscalls: `fstat`, `stat`, `flock`.
     pub fn liveness(&self, now_ns: u64) -> Result<Liveness, PollError> {
+        self.liveness_checking_path(now_ns, true)
+    }
+
+    /// As [`ProbeReader::liveness`], but the path is examined (`stat`) only when the producer's
+    /// lock is gone: two syscalls while the producer lives. What this cannot see is a new file at
+    /// the path while the old producer still holds its lock; a poller calls
+    /// [`ProbeReader::liveness`] on a timer as well.
+    pub fn liveness_while_locked(&self, now_ns: u64) -> Result<Liveness, PollError> {
+        self.liveness_checking_path(now_ns, false)
+    }
+
+    fn liveness_checking_path(&self, now_ns: u64, always: bool) -> Result<Liveness, PollError> {
         self.guard()?;
-        match stat_path(&self.c_path) {
-            Ok(st) if (st.st_dev, st.st_ino) != (self.dev, self.ino) => {
-                return Ok(Liveness::Restarted(RestartReason::NewInode));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => return Err(PollError::Io { op: "stat", source }),
+        let replaced = || match stat_path(&self.c_path) {
+            Ok(st) => Ok((st.st_dev, st.st_ino) != (self.dev, self.ino)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(PollError::Io { op: "stat", source }),
+        };
+        if always && replaced()? {
+            return Ok(Liveness::Restarted(RestartReason::NewInode));
         }
         if let Err(PollError::ProducerRestarted(r)) = self.check_epoch() {
             return Ok(Liveness::Restarted(r));
@@ -465,6 +505,9 @@ impl ProbeReader {
         match flock(&self.lock_file, libc::LOCK_SH | libc::LOCK_NB) {
             Ok(()) => {
                 let _ = flock(&self.lock_file, libc::LOCK_UN);
+                if !always && replaced()? {
+                    return Ok(Liveness::Restarted(RestartReason::NewInode));
+                }
                 return Ok(Liveness::Dead);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -530,6 +573,39 @@ impl ProbeReader {
                 self.info.capacity as usize,
             )
         }
+    }
+}
+
+/// A read pass begun by [`ProbeReader::pass`]: the same reads as the reader's own methods, after
+/// one shrink check for all of them. Keep a pass short (one poll): the file is not re-checked
+/// while it lives, so the window between the check and the loads is the pass's length.
+pub struct ReadPass<'r> {
+    reader: &'r mut ProbeReader,
+}
+
+impl ReadPass<'_> {
+    /// As [`ProbeReader::poll`].
+    pub fn poll<F: FnMut(&Record)>(
+        &mut self,
+        now_ns: u64,
+        sink: &mut F,
+    ) -> Result<PollStats, PollError> {
+        self.reader.poll_unguarded(now_ns, sink)
+    }
+
+    /// As [`ProbeReader::summary`].
+    pub fn summary(&self) -> Result<Summary, PollError> {
+        self.reader.summary_unguarded()
+    }
+
+    /// As [`ProbeReader::model_version`].
+    pub fn model_version(&self) -> Result<Option<ModelVersion>, PollError> {
+        self.reader.model_version_unguarded()
+    }
+
+    /// As [`ProbeReader::autonomy`].
+    pub fn autonomy(&self) -> Result<AutonomyState, PollError> {
+        self.reader.autonomy_unguarded()
     }
 }
 

@@ -295,6 +295,7 @@ pub struct Queue {
     batch_index: Vec<(u64, usize, usize)>,
     batch_bytes: Vec<u8>,
     status_text: String,
+    snapshot_paths: status::SnapshotPaths,
 }
 
 /// The store, with a manual Debug (redb's handles have none worth printing).
@@ -399,7 +400,8 @@ impl Queue {
             value: Vec::new(),
             batch_index: Vec::new(),
             batch_bytes: Vec::new(),
-            status_text: String::new(),
+            status_text: String::with_capacity(2048),
+            snapshot_paths: status::SnapshotPaths::in_dir(&config.get().dir),
             config,
         };
         for ix in 0..3 {
@@ -1187,7 +1189,7 @@ impl Queue {
     fn write_status(&mut self, now: SystemTime) {
         let status = self.status(now);
         let mut text = std::mem::take(&mut self.status_text);
-        if let Err(error) = status::write_snapshot(&self.config.get().dir, &status, &mut text) {
+        if let Err(error) = status::write_snapshot_to(&self.snapshot_paths, &status, &mut text) {
             tracing::debug!(%error, "Queue status snapshot not written.");
         }
         self.status_text = text;

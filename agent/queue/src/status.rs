@@ -26,7 +26,7 @@
 //!   a typed error.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::tiers::{self, PerTier};
@@ -100,8 +100,36 @@ pub enum SnapshotError {
     },
 }
 
+/// Where a queue's snapshot goes: the file and its temporary, joined once so that rewriting the
+/// snapshot every second allocates nothing.
+#[derive(Debug, Clone)]
+pub struct SnapshotPaths {
+    file: PathBuf,
+    tmp: PathBuf,
+}
+
+impl SnapshotPaths {
+    /// The snapshot paths of the queue in `dir`.
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            file: dir.join(SNAPSHOT_FILE),
+            tmp: dir.join(SNAPSHOT_TMP),
+        }
+    }
+}
+
 /// Writes `status` atomically into `dir` (temp file + rename), formatting into `text`.
 pub fn write_snapshot(dir: &Path, status: &QueueStatus, text: &mut String) -> std::io::Result<()> {
+    write_snapshot_to(&SnapshotPaths::in_dir(dir), status, text)
+}
+
+/// Writes `status` atomically to `paths`, formatting into `text` (no allocation once `text` has
+/// the room).
+pub fn write_snapshot_to(
+    paths: &SnapshotPaths,
+    status: &QueueStatus,
+    text: &mut String,
+) -> std::io::Result<()> {
     text.clear();
     let _ = writeln!(text, "{MAGIC}");
     let _ = writeln!(text, "as_of_unix_ms {}", status.as_of_unix_ms);
@@ -146,9 +174,8 @@ pub fn write_snapshot(dir: &Path, status: &QueueStatus, text: &mut String) -> st
             t.append_bytes_per_second
         );
     }
-    let tmp = dir.join(SNAPSHOT_TMP);
-    std::fs::write(&tmp, text.as_bytes())?;
-    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))
+    std::fs::write(&paths.tmp, text.as_bytes())?;
+    std::fs::rename(&paths.tmp, &paths.file)
 }
 
 /// Reads the snapshot the agent's queue wrote in `dir`, without opening the queue.

@@ -16,7 +16,18 @@ static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
 
 /// Path of binary `bin` of workspace package `package`, built for the test's own profile.
 pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf> {
-    let key = format!("{package}/{bin}");
+    workspace_binary_in_profile(package, bin, None)
+}
+
+/// Path of binary `bin` of workspace package `package`, built for `profile` (e.g. `release`, for
+/// tests that measure the shipped build) or, with `None`, for the test's own profile. The
+/// binary lands in the test's target directory, under `<profile>/`.
+pub fn workspace_binary_in_profile(
+    package: &str,
+    bin: &str,
+    profile: Option<&str>,
+) -> Result<PathBuf> {
+    let key = format!("{package}/{bin}/{}", profile.unwrap_or(""));
     let mut built = BUILT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -31,20 +42,31 @@ pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf> {
             HarnessError::Config("the test executable is not under target/<profile>/deps".into())
         })?
         .to_path_buf();
-    let profile = profile_dir
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let target_dir = profile_dir
         .parent()
-        .ok_or_else(|| HarnessError::Config("no target directory above the profile".into()))?;
+        .ok_or_else(|| HarnessError::Config("no target directory above the profile".into()))?
+        .to_path_buf();
+    let (profile, profile_dir) = match profile {
+        Some(profile) => {
+            // Cargo puts the `dev` profile in `debug/`.
+            let dir = if profile == "dev" { "debug" } else { profile };
+            (profile.to_owned(), target_dir.join(dir))
+        }
+        None => (
+            profile_dir
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            profile_dir,
+        ),
+    };
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
     build
         .current_dir(&workspace)
         .args(["build", "--quiet", "-p", package, "--bin", bin])
-        .env("CARGO_TARGET_DIR", target_dir);
+        .env("CARGO_TARGET_DIR", &target_dir);
     if profile != "debug" {
         build.args(["--profile", &profile]);
     }

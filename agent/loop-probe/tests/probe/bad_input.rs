@@ -171,6 +171,7 @@ fn a_file_that_shrinks_while_mapped_is_refused_without_a_fault() {
     assert!(shrunk(r.model_version().unwrap_err()));
     assert!(shrunk(r.autonomy().unwrap_err()));
     assert!(shrunk(r.liveness(monotonic_ns()).unwrap_err()));
+    assert!(r.pass().is_err_and(shrunk));
     // Grown back (never by our producer, but possible): readable again.
     OpenOptions::new()
         .write(true)

@@ -117,6 +117,45 @@ fn records_and_counters_written_are_read_back() {
 }
 
 #[test]
+fn a_read_pass_reads_what_the_reader_methods_read() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(64)).unwrap();
+    let h = w.handle().clone();
+    h.set_model_version(0x42, "perception-1.2").unwrap();
+    h.set_autonomy(AutonomyMode::Autonomous, monotonic_ns())
+        .unwrap();
+    for i in 0..10u64 {
+        w.record(&cycle(i, if i == 4 { BUDGET + 1 } else { 1 }));
+    }
+    let mut by_pass = ProbeReader::open(&path).unwrap();
+    let mut by_calls = ProbeReader::open(&path).unwrap();
+    let mut pass = by_pass.pass().unwrap();
+    let mut pass_records = Vec::new();
+    let pass_stats = pass
+        .poll(monotonic_ns(), &mut |rec| pass_records.push(*rec))
+        .unwrap();
+    let (pass_summary, pass_model, pass_mode) = (
+        pass.summary().unwrap(),
+        pass.model_version().unwrap().unwrap(),
+        pass.autonomy().unwrap().mode,
+    );
+    let mut call_records = Vec::new();
+    let call_stats = by_calls
+        .poll(monotonic_ns(), &mut |rec| call_records.push(*rec))
+        .unwrap();
+    assert_eq!(pass_records, call_records);
+    assert_eq!(pass_stats.new_records, 10);
+    assert_eq!(pass_stats.new_records, call_stats.new_records);
+    assert_eq!(pass_summary, by_calls.summary().unwrap());
+    assert_eq!(pass_summary.cycles.misses, 1);
+    assert_eq!(pass_model.version(), "perception-1.2");
+    assert_eq!(pass_mode, AutonomyMode::Autonomous);
+    // The pass advanced its reader's cursor like a poll does.
+    assert_eq!(drain(&mut by_pass).len(), 0);
+}
+
+#[test]
 fn a_reader_opened_late_starts_at_the_oldest_record_still_in_the_ring() {
     let dir = scratch();
     let path = probe_path(&dir);
@@ -192,6 +231,38 @@ fn a_new_producer_is_seen_as_a_restart_and_reopen_follows_it() {
     let cycles: Vec<u64> = drain(&mut r).iter().map(|r| r.cycle).collect();
     assert_eq!(cycles, vec![100, 101]);
     assert_eq!(r.liveness(monotonic_ns()).unwrap(), Liveness::Alive);
+}
+
+#[test]
+fn the_lighter_liveness_check_sees_a_new_file_once_the_old_producer_is_gone() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w1 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w1.record(&cycle(0, 1));
+    let r = ProbeReader::open(&path).unwrap();
+    // A second file takes the path while the first producer still holds its lock.
+    let aside = dir.path().join("first.probe");
+    std::fs::rename(&path, &aside).unwrap();
+    let mut w2 = ProbeWriter::create(&path, &config(8)).unwrap();
+    w2.record(&cycle(100, 1));
+    let now = monotonic_ns();
+    assert!(matches!(
+        r.liveness_while_locked(now).unwrap(),
+        Liveness::Alive | Liveness::Stalled { .. }
+    ));
+    assert_eq!(
+        r.liveness(now).unwrap(),
+        Liveness::Restarted(RestartReason::NewInode)
+    );
+    drop(w1);
+    assert_eq!(
+        r.liveness_while_locked(now).unwrap(),
+        Liveness::Restarted(RestartReason::NewInode)
+    );
+    // Without a new file, a released lock is a death.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    assert_eq!(r.liveness_while_locked(now).unwrap(), Liveness::Dead);
 }
 
 #[test]

@@ -19,9 +19,9 @@
 //!   `ProbeStatus` `ANOMALY` for that loop, never a panic or an early return from `poll`.
 //! - A refused file is not opened again until its (device, inode, size, mtime) changes; a
 //!   missing file costs one `stat` per poll.
-//! - Per poll and probe, a live producer costs a fixed number of syscalls (`fstat`s guarding the
-//!   mapping, one `stat` and one `flock` for liveness) and no allocation; opening a probe (at
-//!   start or after a restart) allocates.
+//! - Per poll and probe, a live producer costs two `fstat`s (guarding the mapping) and one
+//!   `flock` (liveness), plus a `stat` of the path once a second, and no allocation; opening a
+//!   probe (at start or after a restart) allocates.
 //! - The mapping is read-only (the reader's invariant): nothing here can disturb the loop.
 
 pub mod burst;
@@ -66,7 +66,13 @@ struct Probe {
     /// A file refused at this identity.
     refused: Option<StatKey>,
     tracker: LoopTracker,
+    /// When the next full liveness check (a `stat` of the path and a `flock`) is due, monotonic ns.
+    full_liveness_due_ns: u64,
 }
+
+/// How often a probe whose producer holds its lock gets the full liveness check, which alone sees
+/// a new file at the probe's path while the old producer still lives.
+const FULL_LIVENESS_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// What the agent's `status` command shows per loop.
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +131,7 @@ impl DeadlineSampler {
                 c_path: CString::new(p.path.as_os_str().as_bytes()).ok(),
                 reader: None,
                 refused: None,
+                full_liveness_due_ns: 0,
                 tracker: LoopTracker::new(LoopSettings {
                     burst: p.burst,
                     histogram: p.histogram.clone(),
@@ -289,7 +296,14 @@ fn poll_probe<S: EventSink + ?Sized>(
     let Some(reader) = p.reader.as_ref() else {
         return;
     };
-    let liveness = reader.liveness(now.monotonic_ns);
+    // The path is examined every poll only once the lock says the producer is gone; while it
+    // lives, once a second.
+    let liveness = if now.monotonic_ns >= p.full_liveness_due_ns {
+        p.full_liveness_due_ns = now.monotonic_ns.saturating_add(FULL_LIVENESS_INTERVAL_NS);
+        reader.liveness(now.monotonic_ns)
+    } else {
+        reader.liveness_while_locked(now.monotonic_ns)
+    };
     match liveness {
         Ok(Liveness::Alive) => {
             sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
@@ -436,31 +450,34 @@ fn sample<S: EventSink + ?Sized>(
         return;
     };
     let tracker = &mut p.tracker;
-    let slot = match reader.model_version() {
+    // One shrink check (`fstat`) for the pass's four reads.
+    let mut pass = match reader.pass() {
+        Ok(pass) => pass,
+        Err(e) => return fail(p, &e, now, em, sink),
+    };
+    let slot = match pass.model_version() {
         Ok(s) => s,
-        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
         Err(e) => {
             tracker.anomaly(poll_error_detail(&e), now, em, sink);
             None
         }
     };
-    let autonomy = match reader.autonomy() {
+    let autonomy = match pass.autonomy() {
         Ok(a) => Some(a),
-        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
         Err(e) => {
             tracker.anomaly(poll_error_detail(&e), now, em, sink);
             None
         }
     };
     tracker.begin_poll(slot.as_ref(), manifest, machine_mode, now, em, sink);
-    let stats = match reader.poll(now.monotonic_ns, &mut |rec| tracker.record(rec)) {
-        Ok(s) => s,
+    let read = pass
+        .poll(now.monotonic_ns, &mut |rec| tracker.record(rec))
+        .and_then(|stats| pass.summary().map(|summary| (stats, summary)));
+    let (stats, summary) = match read {
+        Ok(read) => read,
         Err(e) => return fail(p, &e, now, em, sink),
     };
-    let summary = match reader.summary() {
-        Ok(s) => s,
-        Err(e) => return fail(p, &e, now, em, sink),
-    };
+    let tracker = &mut p.tracker;
     tracker.end_poll(
         &summary,
         &stats,

@@ -1,0 +1,437 @@
+//! Level 1, invariants: deterministic properties of the real processes, measured, not read from
+//! code.
+//!
+//! 1. `ProbeWriter::record` makes no syscall: 10⁶ records under seccomp strict mode
+//!    ([`crate::seccomp`]).
+//! 2. The agent maps every probe read-only and shared (`r--s` in `/proc/<pid>/maps`).
+//! 3. Every agent thread's `Cpus_allowed_list` excludes the control-loop core.
+//! 4. Every agent thread runs SCHED_IDLE.
+//! 5. Steady state makes no heap allocation and takes no minor fault.
+//!
+//! **Steady state** (the definition this level asserts): the agent sampling two 1 kHz probes at
+//! 100 Hz, a fake sysfs tree every 100 ms and a tegrastats replay at 10 lines/s, writing its
+//! status files every second, with the uplink offline between two reconnection attempts (the
+//! days-offline case; the attempts themselves are at most one per `uplink.backoff_max_ms`, 5 min
+//! in production), after a warm-up that covers a full lap of every probe ring and a full pass of
+//! the capture, and while no event is due (periodic snapshots and counters are set to their
+//! longest interval, so nothing is committed to the queue in the window). Committing events and
+//! draining them are not steady state: the drain path's allocations are measured and reported
+//! separately (not gated), over a backlog sent through a real broker.
+//!
+//! Invariants:
+//! - Counting happens outside the measured code: an `LD_PRELOAD` counter and `/proc`, on the
+//!   shipped agent binary.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use edgewatch_harness::mosquitto::Mosquitto;
+use edgewatch_harness::proxy::{Fault, FaultProxy};
+
+use super::{Check, LevelError, cpu_split, wait_for};
+use crate::malloc_count::{Counts, MallocCounter};
+use crate::procfs;
+use crate::rig::{
+    AgentProcess, AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, dead_port,
+    default_capture, scratch,
+};
+use crate::seccomp::{self, SeccompOutcome};
+
+/// Settings of level 1.
+#[derive(Debug, Clone)]
+pub struct InvariantsConfig {
+    /// Time before the steady-state window.
+    pub warm_up: Duration,
+    /// The steady-state window.
+    pub window: Duration,
+    /// Records made under seccomp.
+    pub seccomp_records: u64,
+    /// Events in the drain measurement's backlog (0 skips it).
+    pub drain_events: usize,
+    /// The tegrastats capture to replay.
+    pub capture: PathBuf,
+}
+
+impl Default for InvariantsConfig {
+    fn default() -> Self {
+        Self {
+            warm_up: Duration::from_secs(6),
+            window: Duration::from_secs(10),
+            seccomp_records: 1_000_000,
+            drain_events: 2_000,
+            capture: default_capture(),
+        }
+    }
+}
+
+/// The steady-state window's numbers.
+#[derive(Debug, Clone, Default)]
+pub struct SteadyState {
+    /// Window length, s.
+    pub window_s: f64,
+    /// Allocations during start-up and warm-up (shows the counter counts).
+    pub warm_up_allocations: u64,
+    /// Allocations in the window.
+    pub allocations: Counts,
+    /// Minor faults in the window.
+    pub minor_faults: u64,
+    /// Major faults in the window.
+    pub major_faults: u64,
+    /// Threads of the agent.
+    pub threads: u64,
+    /// Probe records the two loops wrote during the window (work the agent had to do).
+    pub cycles_in_window: u64,
+}
+
+/// What the drain path cost (reported, not gated).
+#[derive(Debug, Clone, Default)]
+pub struct DrainCost {
+    /// Events drained.
+    pub events: u64,
+    /// Batches acknowledged.
+    pub batches: u64,
+    /// Seconds from link-up to the last acknowledgement.
+    pub seconds: f64,
+    /// Allocations (reconnection included).
+    pub allocations: Counts,
+    /// Minor faults.
+    pub minor_faults: u64,
+    /// Peak RSS before and after, KiB.
+    pub hwm_kib: (u64, u64),
+}
+
+/// Level 1's findings.
+#[derive(Debug, Clone)]
+pub struct InvariantsReport {
+    /// The checks, in ladder order.
+    pub checks: Vec<Check>,
+    /// The seccomp run.
+    pub seccomp: SeccompOutcome,
+    /// The steady-state window.
+    pub steady: SteadyState,
+    /// The drain measurement, if run.
+    pub drain: Option<DrainCost>,
+    /// Why the drain measurement did not run, if it did not.
+    pub drain_note: Option<String>,
+}
+
+impl InvariantsReport {
+    /// Every check passed.
+    pub fn pass(&self) -> bool {
+        self.checks.iter().all(|c| c.pass)
+    }
+}
+
+fn sampling_spec(
+    fake: &FakeSysfs,
+    capture: PathBuf,
+    probes: Vec<ProbeSpec>,
+    agent_cpus: &[usize],
+    loop_cpu: usize,
+) -> Result<AgentSpec, LevelError> {
+    Ok(AgentSpec {
+        uplink_port: dead_port()?,
+        backoff_ms: (300_000, 300_000),
+        cores: agent_cpus.to_vec(),
+        control_loop_cores: vec![loop_cpu],
+        probes,
+        poll_hz: 100,
+        snapshot_interval_s: 3600,
+        sysfs_root: fake.root().to_owned(),
+        sysfs_poll_ms: 100,
+        capture,
+        replay_speed: 10.0,
+        counters_interval_s: 3600,
+        debug_sample_every: 0,
+        bandwidth_bytes_per_s: 0,
+    })
+}
+
+/// Runs level 1.
+pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsReport, LevelError> {
+    let (agent_cpus, loop_cpu) = cpu_split().ok_or_else(|| {
+        LevelError::Unsupported(
+            "level 1 needs two CPUs: one for the control loop, one for the agent".into(),
+        )
+    })?;
+    let dir = scratch("edgewatch-hil-invariants-")?;
+    let mut checks = Vec::new();
+
+    // 1. record() under seccomp strict mode.
+    let seccomp =
+        seccomp::check(&bins.hil, dir.path(), config.seccomp_records).map_err(|source| {
+            LevelError::Io {
+                context: "running the seccomp child".into(),
+                source,
+            }
+        })?;
+    checks.push(Check::new(
+        format!(
+            "ProbeWriter::record makes no syscall ({} records under seccomp strict mode)",
+            config.seccomp_records
+        ),
+        seccomp.proven(),
+        format!(
+            "clean exit: {}; probe summary {} cycles (expected {}); control with one getpid killed by SIGKILL: {}; {}",
+            seccomp.clean_exit,
+            seccomp.summary_cycles,
+            seccomp.recorded_under_seccomp + 4096,
+            seccomp.control_killed,
+            seccomp.detail
+        ),
+    ));
+
+    // 2-5. The real agent, sampling two real loops.
+    let counter = MallocCounter::build(dir.path())?;
+    let sysfs = FakeSysfs::orin(&dir.path().join("sysfs"))?;
+    let mut loops = Vec::new();
+    let mut probes = Vec::new();
+    for (id, name) in [(1, "steering"), (2, "planner")] {
+        let probe = dir.path().join(format!("{name}.probe"));
+        loops.push(LoopProcess::start(
+            &bins.synthetic_loop,
+            &LoopSpec {
+                probe: probe.clone(),
+                loop_id: id,
+                name: name.into(),
+                rate_hz: 1000.0,
+                budget_ms: 1.0,
+                fifo: None,
+                cpu: Some(loop_cpu),
+                require_rt: false,
+                capacity: Some(2048),
+            },
+        )?);
+        probes.push(ProbeSpec {
+            path: probe,
+            loop_name: name.into(),
+        });
+    }
+    let spec = sampling_spec(
+        &sysfs,
+        config.capture.clone(),
+        probes.clone(),
+        &agent_cpus,
+        loop_cpu,
+    )?;
+    let agent_dir = dir.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).map_err(|source| LevelError::Io {
+        context: "creating the agent directory".into(),
+        source,
+    })?;
+    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
+    let pid = agent.pid();
+    std::thread::sleep(config.warm_up);
+
+    let readers: Vec<_> = probes
+        .iter()
+        .filter_map(|p| loop_probe::ProbeReader::open(&p.path).ok())
+        .collect();
+    let cycles = || -> u64 {
+        readers
+            .iter()
+            .filter_map(|r| r.summary().ok())
+            .map(|s| s.cycles.cycles)
+            .sum()
+    };
+    let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
+    let started = Instant::now();
+    std::thread::sleep(config.window);
+    let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
+    let window_s = started.elapsed().as_secs_f64();
+    let steady = SteadyState {
+        window_s,
+        warm_up_allocations: c0.allocations,
+        allocations: c1.since(&c0),
+        minor_faults: s1.minflt - s0.minflt,
+        major_faults: s1.majflt - s0.majflt,
+        threads: s1.threads,
+        cycles_in_window: k1 - k0,
+    };
+
+    let maps = procfs::maps(pid)?;
+    let mut mapping_detail = Vec::new();
+    let mut read_only = true;
+    for probe in &probes {
+        let found = procfs::mappings_of(&maps, &probe.path);
+        read_only &= !found.is_empty() && found.iter().all(|m| m.perms == "r--s");
+        mapping_detail.push(format!(
+            "{}: [{}]",
+            probe
+                .path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            found
+                .iter()
+                .map(|m| m.perms.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    checks.push(Check::new(
+        "The agent maps every probe read-only and shared (r--s)",
+        read_only,
+        mapping_detail.join("; "),
+    ));
+
+    let mut affinity_detail = Vec::new();
+    let mut excludes = true;
+    for tid in procfs::tasks(pid)? {
+        let status = procfs::parse_status(
+            &std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        excludes &= !status.cpus_allowed.is_empty() && !status.cpus_allowed.contains(&loop_cpu);
+        affinity_detail.push(format!("thread {tid}: {:?}", status.cpus_allowed));
+    }
+    checks.push(Check::new(
+        format!("Every agent thread's Cpus_allowed_list excludes the loop core {loop_cpu}"),
+        excludes,
+        affinity_detail.join("; "),
+    ));
+
+    let policies = procfs::policies(pid)?;
+    let all_idle = !policies.is_empty() && policies.iter().all(|&(_, p)| p == libc::SCHED_IDLE);
+    checks.push(Check::new(
+        "Every agent thread runs SCHED_IDLE",
+        all_idle,
+        policies
+            .iter()
+            .map(|&(tid, p)| format!("thread {tid}: {}", procfs::policy_name(p)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    ));
+
+    checks.push(Check::new(
+        "The malloc counter is loaded in the agent and counts (start-up allocated)",
+        c1.loaded && steady.warm_up_allocations > 0,
+        format!(
+            "loaded: {}; {} allocations during start-up and warm-up",
+            c1.loaded, steady.warm_up_allocations
+        ),
+    ));
+    checks.push(Check::new(
+        "No heap allocation in steady state",
+        c1.loaded && steady.allocations.allocations == 0,
+        format!(
+            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles",
+            steady.allocations.allocations,
+            steady.allocations.bytes,
+            steady.allocations.frees,
+            window_s,
+            steady.cycles_in_window
+        ),
+    ));
+    checks.push(Check::new(
+        "No minor fault in steady state",
+        steady.minor_faults == 0 && steady.major_faults == 0,
+        format!(
+            "{} minor, {} major faults over {:.1} s ({} threads)",
+            steady.minor_faults, steady.major_faults, window_s, steady.threads
+        ),
+    ));
+    checks.push(Check::new(
+        "The loops wrote cycles during the window (the agent had work)",
+        steady.cycles_in_window > 1000,
+        format!("{} cycles", steady.cycles_in_window),
+    ));
+    let exit = agent.terminate();
+    checks.push(Check::new(
+        "The agent stops cleanly on SIGTERM",
+        exit.contains("exit status: 0"),
+        exit,
+    ));
+    for mut l in loops {
+        let _ = l.stop();
+    }
+
+    let (drain, drain_note) = if config.drain_events == 0 {
+        (None, Some("not run (no backlog requested)".to_owned()))
+    } else {
+        match measure_drain(bins, config, &sysfs, &agent_cpus, loop_cpu, dir.path()) {
+            Ok(cost) => (Some(cost), None),
+            Err(error @ (LevelError::Harness(_) | LevelError::Unsupported(_))) => {
+                (None, Some(format!("not measured: {error}")))
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    Ok(InvariantsReport {
+        checks,
+        seccomp,
+        steady,
+        drain,
+        drain_note,
+    })
+}
+
+/// Fills a backlog while the link is down, then measures the allocations of draining it.
+fn measure_drain(
+    bins: &Binaries,
+    config: &InvariantsConfig,
+    sysfs: &FakeSysfs,
+    agent_cpus: &[usize],
+    loop_cpu: usize,
+    root: &std::path::Path,
+) -> Result<DrainCost, LevelError> {
+    let dir = root.join("drain");
+    std::fs::create_dir_all(&dir).map_err(|source| LevelError::Io {
+        context: "creating the drain directory".into(),
+        source,
+    })?;
+    let counter = MallocCounter::build(&dir)?;
+    let broker = Mosquitto::start()?;
+    let _subscriber = crate::rig::Subscriber::start(broker.addr())?;
+    let proxy = FaultProxy::start(broker.addr())?;
+    proxy.set(Fault::Reset);
+    let mut spec = sampling_spec(
+        sysfs,
+        config.capture.clone(),
+        Vec::new(),
+        agent_cpus,
+        loop_cpu,
+    )?;
+    spec.uplink_port = proxy.port();
+    spec.backoff_ms = (200, 1000);
+    let agent_dir = dir.join("agent");
+    std::fs::create_dir_all(&agent_dir).map_err(|source| LevelError::Io {
+        context: "creating the agent directory".into(),
+        source,
+    })?;
+    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
+    crate::backlog::fill(&agent.socket(), config.drain_events, 1000)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = agent.pid();
+    let (c0, s0, h0) = (
+        counter.read()?,
+        procfs::stat(pid)?,
+        procfs::status(pid)?.vm_hwm_kib,
+    );
+    let started = Instant::now();
+    proxy.set(Fault::Pass);
+    let wanted = config.drain_events as u64;
+    let drained = wait_for(Duration::from_secs(60), || {
+        agent.status()["uplink"]["events_acked"].as_u64() >= Some(wanted)
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let (c1, s1, h1) = (
+        counter.read()?,
+        procfs::stat(pid)?,
+        procfs::status(pid)?.vm_hwm_kib,
+    );
+    let status = agent.status();
+    agent.terminate();
+    if !drained {
+        return Err(LevelError::Unsupported(format!(
+            "the backlog of {wanted} events did not drain within 60 s (status: {status})"
+        )));
+    }
+    Ok(DrainCost {
+        events: status["uplink"]["events_acked"].as_u64().unwrap_or(0),
+        batches: status["uplink"]["batches_acked"].as_u64().unwrap_or(0),
+        seconds,
+        allocations: c1.since(&c0),
+        minor_faults: s1.minflt - s0.minflt,
+        hwm_kib: (h0, h1),
+    })
+}

@@ -1,0 +1,36 @@
+//! HIL timing validation: proof, on real processes, that the edgewatch agent never disturbs a
+//! control loop. A ladder of levels, each stricter about the machine it needs:
+//!
+//! 1. invariants — deterministic, CI: no syscall in the probe's record path, read-only probe
+//!    mappings, affinity off the loop core, SCHED_IDLE, no allocation and no fault in steady state.
+//! 2. footprint — robust on a shared machine, CI: CPU time, involuntary switches, peak RSS.
+//! 3. interference — statistical, CI: paired agent-on/off blocks around a SCHED_FIFO loop.
+//! 4. jetson — on the target only: cyclictest maxima on the isolated core, agent on vs off.
+//!
+//! Layout:
+//! - [`levels`]: the four levels; each returns checks and numbers.
+//! - [`rig`]: the agent binary, synthetic loops, a fake sysfs tree, the capture replay.
+//! - [`seccomp`]: the record-under-seccomp child and its check.
+//! - [`malloc_count`]: an `LD_PRELOAD` allocation counter built with the system C compiler.
+//! - [`procfs`]: what `/proc` says about a process and the machine.
+//! - [`backlog`]: a backlog submitted through the agent's local socket.
+//! - [`stats`]: percentiles, block order, the paired bootstrap and the gate (pure).
+//! - [`cyclictest`]: cyclictest's command line, its output, the Jetson gate (pure).
+//! - [`report`], [`plot`]: the Markdown report and its PNG chart.
+//!
+//! Invariants:
+//! - Every level measures the shipped binaries from outside (`/proc`, probes, a preload
+//!   counter); none asserts a property by reading code.
+//! - The statistical level never passes without evidence: too few clean pairs is SKIP with the
+//!   reason; the maximum latency is logged and never gated on a shared machine.
+
+pub mod backlog;
+pub mod cyclictest;
+pub mod levels;
+pub mod malloc_count;
+pub mod plot;
+pub mod procfs;
+pub mod report;
+pub mod rig;
+pub mod seccomp;
+pub mod stats;
