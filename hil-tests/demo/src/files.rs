@@ -131,11 +131,31 @@ impl Layout {
             let paths = self.machine(machine.id);
             std::fs::create_dir_all(&paths.sysfs)?;
             std::fs::write(&paths.manifest, manifest_json(machine))?;
-            std::fs::write(&paths.capture, machine.capture.text)?;
+            std::fs::write(&paths.capture, capture_text(machine))?;
             std::fs::write(&paths.script, script_text(machine))?;
         }
         Ok(())
     }
+}
+
+/// The capture a machine's agent replays: verbatim, except that the throttling machine's lines
+/// lose their `gpu@` reading. The agent takes zone temperatures from tegrastats and sysfs alike
+/// (on a Jetson both read the same sensor); a replayed cool reading would otherwise end, at every
+/// line, the heat wave the demo writes into the fake sysfs tree.
+pub fn capture_text(machine: &Machine) -> String {
+    if machine.role != Role::Throttling {
+        return machine.capture.text.to_owned();
+    }
+    let mut text = String::with_capacity(machine.capture.text.len());
+    for line in machine.capture.text.lines() {
+        let kept: Vec<&str> = line
+            .split(' ')
+            .filter(|token| !token.to_ascii_lowercase().starts_with("gpu@"))
+            .collect();
+        text.push_str(&kept.join(" "));
+        text.push('\n');
+    }
+    text
 }
 
 /// Quotes a path for TOML (basic string).
@@ -363,6 +383,32 @@ description = "Fine-tuning of {MODEL} 4.3.0"
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_throttling_machines_capture_loses_its_gpu_temperature() {
+        let plan = Plan::new(std::time::Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e}"));
+        for m in &plan.machines {
+            let text = capture_text(m);
+            assert_eq!(
+                text.lines().count(),
+                m.capture.text.lines().count(),
+                "{}",
+                m.id
+            );
+            if m.role == Role::Throttling {
+                assert!(!text.contains("gpu@"), "{}", m.id);
+                assert!(text.contains("cpu@") && text.contains("VDD_IN"), "{}", m.id);
+                for line in text.lines() {
+                    let sample = tegrastats_parser::parse_line(line)
+                        .unwrap_or_else(|e| panic!("{e:?}: {line}"));
+                    assert!(sample.temperatures().iter().all(|t| t.zone != "gpu"));
+                    assert!(sample.temperatures().iter().any(|t| t.zone == "cpu"));
+                }
+            } else {
+                assert_eq!(text, m.capture.text, "{}", m.id);
+            }
+        }
+    }
 
     #[test]
     fn a_run_within_one_day_touches_one_day() {

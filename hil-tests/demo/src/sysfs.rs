@@ -5,7 +5,8 @@
 //! Invariants:
 //! - Temperatures are rewritten in place (same inode), as sysfs values change: the agent keeps
 //!   its files open across reads.
-//! - No capture crosses a real trip point, so only this tree makes the machine throttle.
+//! - No capture crosses a real trip point, and the throttling machine's capture carries no GPU
+//!   reading (`files::capture_text`), so only this tree makes the machine throttle.
 
 use std::path::{Path, PathBuf};
 

@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use edgewatch_demo::scenario::{LOOP_RATE_HZ, Role};
+use edgewatch_demo::scenario::{LOOP_RATE_HZ, Plan, Role};
 use edgewatch_demo::summary::{DemoSummary, MachineSummary};
 use edgewatch_gateway::store::{RawSeries, Store};
 use serde_json::Value;
@@ -157,6 +158,8 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
     let dir = tempfile::tempdir().unwrap();
     let run = run_demo(&dir.path().join("run"));
     let s = &run.summary;
+    // The scenario the demo ran: the scripts its loops were given.
+    let plan = Plan::new(Duration::from_secs_f64(s.duration_s)).unwrap();
     assert!(s.drained, "the demo did not drain every queued event");
     assert_eq!(s.gateway.dead_letters, 0, "the gateway refused messages");
 
@@ -221,7 +224,6 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
     // the rollout to that class and site.
     let overruns = run.machine(Role::Overruns);
     assert!(overruns.injected.misses_injected >= 10);
-    assert_eq!(overruns.injected.fallbacks, 2);
     let row = &rows[&(
         overruns.class.clone(),
         overruns.site.clone(),
@@ -264,9 +266,29 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
             }
         }
     }
+    // What each loop did is what its script asked for.
+    for m in &s.machines {
+        let scripted = |verb: &str| {
+            plan.machines
+                .iter()
+                .find(|p| p.id == m.id)
+                .unwrap()
+                .script
+                .iter()
+                .filter(|rule| rule.starts_with(verb))
+                .count() as u64
+        };
+        assert_eq!(m.injected.fallbacks, scripted("fallback "), "{}", m.id);
+        assert_eq!(
+            m.injected.interventions,
+            scripted("intervention "),
+            "{}",
+            m.id
+        );
+        assert_eq!(m.injected.safe_stops, scripted("safe-stop "), "{}", m.id);
+    }
     let autonomy = run.machine(Role::Autonomy);
-    assert_eq!(autonomy.injected.interventions, 2);
-    assert_eq!(autonomy.injected.safe_stops, 1);
+    assert!(autonomy.injected.interventions > 0 && autonomy.injected.safe_stops > 0);
 
     // Cost: autonomous machine-hours per machine against the loops' autonomous seconds.
     let cost = &run.report["cost"];
@@ -300,7 +322,7 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
         );
     }
     let manual = autonomy.injected.seconds("manual") + autonomy.injected.seconds("teleoperated");
-    let planned = 0.32 * s.duration_s;
+    let planned = s.duration_s - plan.planned_autonomous_seconds(Some(&autonomy.model_version));
     assert!(
         close(manual, planned, 1.0),
         "{manual} s manual or teleoperated"
