@@ -88,6 +88,15 @@ fn build(profile_dir: &Path, wanted: &[(&str, &str)], unify_with: &[&str]) -> Re
         .current_dir(&workspace)
         .args(["build", "--quiet"])
         .env("CARGO_TARGET_DIR", target_dir);
+    // `cargo run` and `cargo test` describe the running crate in the environment. Build scripts
+    // that watch one of these variables (ring's watches `CARGO_MANIFEST_DIR`) would see it change
+    // between this build and the user's own, and every build would recompile them and all their
+    // dependents.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(describes_running_crate) {
+            command.env_remove(&name);
+        }
+    }
     for package in unify_with {
         command.args(["-p", package]);
     }
@@ -109,4 +118,46 @@ fn build(profile_dir: &Path, wanted: &[(&str, &str)], unify_with: &[&str]) -> Re
         return Err(HarnessError::Config(format!("cargo build {names} failed")));
     }
     Ok(())
+}
+
+/// Whether `name` is a variable cargo sets for the crate it runs (not one configuring cargo).
+fn describes_running_crate(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "OUT_DIR"
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_running_crates_description_is_dropped_and_cargos_configuration_kept() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_BIN_NAME",
+            "OUT_DIR",
+        ] {
+            assert!(describes_running_crate(name), "{name}");
+        }
+        for name in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "PATH",
+        ] {
+            assert!(!describes_running_crate(name), "{name}");
+        }
+    }
 }
