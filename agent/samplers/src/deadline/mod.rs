@@ -1,0 +1,472 @@
+//! The deadline sampler: polls every configured control-loop probe and turns what it reads into
+//! SLO counters and safety events.
+//!
+//! The agent's shell owns one [`DeadlineSampler`] and calls [`DeadlineSampler::poll`] every
+//! [`DeadlineSampler::poll_interval`] (default 100 ms) from its current-thread loop, passing the
+//! time and the manifest's model (from [`crate::model::ModelWatcher`]); events go to its
+//! [`EventSink`]. [`DeadlineSampler::status`] answers the agent's `status` command.
+//!
+//! Layout:
+//! - [`config`]: `[deadline]` and `[[probe]]`, raw and validated, with the named defaults.
+//! - [`tracker`]: one loop's accounting as pure logic (series per model version, header deltas,
+//!   liveness transitions, rate-limited reports).
+//! - [`burst`]: miss-burst rules (pure). [`histogram`]: response-time buckets (pure).
+//! - [`emit`]: the reused outgoing events.
+//! - this module: the I/O shell around `loop_probe::ProbeReader` (open, liveness, reads).
+//!
+//! Invariants:
+//! - One bad probe never stops the others: every failure is a state and a counted, rate-limited
+//!   `ProbeStatus` `ANOMALY` for that loop, never a panic or an early return from `poll`.
+//! - A refused file is not opened again until its (device, inode, size, mtime) changes; a
+//!   missing file costs one `stat` per poll.
+//! - Per poll and probe, a live producer costs a fixed number of syscalls (`fstat`s guarding the
+//!   mapping, one `stat` and one `flock` for liveness) and no allocation; opening a probe (at
+//!   start or after a restart) allocates.
+//! - The mapping is read-only (the reader's invariant): nothing here can disturb the loop.
+
+pub mod burst;
+pub mod config;
+pub mod emit;
+pub mod histogram;
+pub mod tracker;
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use edgewatch_proto::v1::{self, ModelVersion};
+use loop_probe::{AutonomyMode, Liveness, OpenError, PollError, ProbeReader, RestartReason};
+
+pub use config::{
+    BurstRules, ConfigError, DeadlineConfig, HistogramBounds, ProbeConfig, RawDeadlineSection,
+    RawProbeSection,
+};
+use emit::Emitter;
+pub use tracker::{LoopCounts, LoopState};
+use tracker::{LoopSettings, LoopTracker};
+
+use crate::sink::{EventSink, Now};
+
+/// Identity of a file as `stat` tells it, to avoid re-reading a refused file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StatKey {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+}
+
+/// One configured probe: its reader (when open) and its tracker.
+struct Probe {
+    cfg: ProbeConfig,
+    c_path: Option<CString>,
+    reader: Option<ProbeReader>,
+    /// A file refused at this identity.
+    refused: Option<StatKey>,
+    tracker: LoopTracker,
+}
+
+/// What the agent's `status` command shows per loop.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopStatus<'a> {
+    /// Probe path.
+    pub path: &'a Path,
+    /// Loop name (the probe's, else the configured one).
+    pub loop_name: &'a str,
+    /// The agent's view of the producer.
+    pub state: LoopState,
+    /// Time since the probe was last read successfully.
+    pub last_sample_age: Option<Duration>,
+    /// Producer epoch and pid.
+    pub producer: Option<(u64, u32)>,
+    /// Header totals and the agent's own counts.
+    pub counts: LoopCounts,
+    /// The model counters go to now (empty name and version: unknown).
+    pub model: &'a ModelVersion,
+    /// The loop's autonomy mode.
+    pub mode: v1::AutonomyMode,
+    /// Why the probe is unusable, if it is.
+    pub problem: Option<&'static str>,
+}
+
+/// Polls every configured probe; see the module doc.
+pub struct DeadlineSampler {
+    cfg: DeadlineConfig,
+    probes: Vec<Probe>,
+    /// Probe indices, the autonomy source first (its mode is the machine's for the others).
+    order: Vec<usize>,
+    emitter: Emitter,
+    /// When the sampler was created, CLOCK_MONOTONIC: producers started before are "found
+    /// running" and their earlier counts are not attributed.
+    started_ns: u64,
+    next_snapshot_ns: u64,
+}
+
+impl std::fmt::Debug for DeadlineSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineSampler")
+            .field("probes", &self.probes.len())
+            .field("next_snapshot_ns", &self.next_snapshot_ns)
+            .finish()
+    }
+}
+
+impl DeadlineSampler {
+    /// A sampler over `cfg`'s probes, started at `now`. Nothing is opened until the first poll.
+    pub fn new(cfg: DeadlineConfig, now: Now) -> DeadlineSampler {
+        let to_ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let probes: Vec<Probe> = cfg
+            .probes
+            .iter()
+            .map(|p| Probe {
+                cfg: p.clone(),
+                c_path: CString::new(p.path.as_os_str().as_bytes()).ok(),
+                reader: None,
+                refused: None,
+                tracker: LoopTracker::new(LoopSettings {
+                    burst: p.burst,
+                    histogram: p.histogram.clone(),
+                    burst_min_interval_ns: to_ns(cfg.burst_min_interval),
+                    status_min_interval_ns: to_ns(cfg.status_min_interval),
+                    model_name: p.model_name.clone(),
+                    autonomy_source: p.autonomy_source,
+                    configured_name: p.loop_name.clone().unwrap_or_default(),
+                    path: p.path.display().to_string(),
+                }),
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..probes.len()).collect();
+        order.sort_by_key(|i| !probes.get(*i).is_some_and(|p| p.cfg.autonomy_source));
+        DeadlineSampler {
+            next_snapshot_ns: now
+                .monotonic_ns
+                .saturating_add(to_ns(cfg.snapshot_interval)),
+            cfg,
+            probes,
+            order,
+            emitter: Emitter::new(),
+            started_ns: now.monotonic_ns,
+        }
+    }
+
+    /// How often the shell should call [`poll`](Self::poll).
+    pub fn poll_interval(&self) -> Duration {
+        self.cfg.poll_interval
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &DeadlineConfig {
+        &self.cfg
+    }
+
+    /// Reads every probe once and emits what changed; every snapshot interval also emits the
+    /// cumulative SLO snapshots. `manifest` is the model the manifest names (used for loops
+    /// whose probe has no model slot set).
+    pub fn poll<S: EventSink + ?Sized>(
+        &mut self,
+        now: Now,
+        manifest: Option<&ModelVersion>,
+        sink: &mut S,
+    ) {
+        let mut machine_mode = AutonomyMode::Unknown;
+        let stall_min_ns = self.stall_min_ns();
+        for k in 0..self.order.len() {
+            let Some(&i) = self.order.get(k) else {
+                continue;
+            };
+            let Some(p) = self.probes.get_mut(i) else {
+                continue;
+            };
+            poll_probe(
+                p,
+                stall_min_ns,
+                self.started_ns,
+                now,
+                manifest,
+                machine_mode,
+                &mut self.emitter,
+                sink,
+            );
+            if p.cfg.autonomy_source {
+                machine_mode = p.tracker.own_mode();
+            }
+        }
+        if now.monotonic_ns >= self.next_snapshot_ns {
+            for p in &mut self.probes {
+                p.tracker.snapshot(now, &mut self.emitter, sink);
+            }
+            let interval = u64::try_from(self.cfg.snapshot_interval.as_nanos()).unwrap_or(u64::MAX);
+            self.next_snapshot_ns = self.next_snapshot_ns.saturating_add(interval);
+            if self.next_snapshot_ns <= now.monotonic_ns {
+                self.next_snapshot_ns = now.monotonic_ns.saturating_add(interval);
+            }
+        }
+    }
+
+    fn stall_min_ns(&self) -> u64 {
+        u64::try_from(self.cfg.stall_min.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Per loop: liveness, age of the last sample, counters, model and mode.
+    pub fn status(&self, now: Now) -> impl Iterator<Item = LoopStatus<'_>> {
+        self.probes.iter().map(move |p| {
+            let t = &p.tracker;
+            LoopStatus {
+                path: &p.cfg.path,
+                loop_name: t.loop_name(),
+                state: t.state(),
+                last_sample_age: t
+                    .last_sample_ns()
+                    .map(|l| Duration::from_nanos(now.monotonic_ns.saturating_sub(l))),
+                producer: t.info().map(|i| (i.epoch, i.pid)),
+                counts: *t.counts(),
+                model: t.model(),
+                mode: tracker::wire(t.mode()),
+                problem: t.problem(),
+            }
+        })
+    }
+
+    /// The trackers, for tests and tools that inspect series directly.
+    pub fn trackers(&self) -> impl Iterator<Item = &LoopTracker> {
+        self.probes.iter().map(|p| &p.tracker)
+    }
+}
+
+fn stat_key(path: &CString) -> io::Result<StatKey> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated; stat writes into `st`, which is valid and writable.
+    let rc = unsafe { libc::stat(path.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(StatKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size,
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+    })
+}
+
+fn open_error_detail(e: &OpenError) -> &'static str {
+    match e {
+        OpenError::Io { .. } => "probe file cannot be opened or mapped",
+        OpenError::TooSmall { .. } => "probe file is shorter than its header or ring (truncated)",
+        OpenError::BadMagic { .. } => "probe file has a bad magic number (not a probe)",
+        OpenError::UnsupportedAbi { .. } => "probe file has an unsupported ABI version",
+        OpenError::InvalidHeader { .. } => "probe header holds an invalid field",
+        OpenError::ReplacedDuringOpen { .. } => "probe file kept being replaced while opened",
+    }
+}
+
+fn poll_error_detail(e: &PollError) -> &'static str {
+    match e {
+        PollError::FileShrunk { .. } => "probe file shrank while mapped",
+        PollError::ProducerRestarted(_) => "probe producer restarted during a read",
+        PollError::Io { .. } => "probe liveness or size check failed",
+        PollError::Busy { .. } => "probe cell stayed claimed by a writer (writer died holding it?)",
+        PollError::Implausible { what } => what,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn poll_probe<S: EventSink + ?Sized>(
+    p: &mut Probe,
+    stall_min_ns: u64,
+    started_ns: u64,
+    now: Now,
+    manifest: Option<&ModelVersion>,
+    machine_mode: AutonomyMode,
+    em: &mut Emitter,
+    sink: &mut S,
+) {
+    if p.reader.is_none() {
+        try_open(p, started_ns, now, em, sink);
+    }
+    let Some(reader) = p.reader.as_ref() else {
+        return;
+    };
+    let liveness = reader.liveness(now.monotonic_ns);
+    match liveness {
+        Ok(Liveness::Alive) => {
+            sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            p.tracker.alive(now, em, sink);
+        }
+        Ok(Liveness::Stalled { heartbeat_age_ns }) => {
+            sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            if heartbeat_age_ns >= stall_min_ns {
+                p.tracker.stalled(now, em, sink);
+            } else {
+                p.tracker.alive(now, em, sink);
+            }
+        }
+        Ok(Liveness::Dead) => {
+            if p.tracker.state() != LoopState::Dead {
+                // What the producer left is still mapped: read it, then close its books. Its
+                // autonomy time stops at its last heartbeat.
+                let at = p
+                    .reader
+                    .as_ref()
+                    .and_then(|r| r.summary().ok())
+                    .map_or(now.monotonic_ns, |s| s.heartbeat_ns);
+                sample(p, now, at, manifest, machine_mode, em, sink);
+                p.tracker.died(now, em, sink);
+            }
+        }
+        Ok(Liveness::Restarted(reason)) => {
+            if reason == RestartReason::NewInode && p.tracker.state() != LoopState::Dead {
+                // The old file is unlinked but still mapped: take its last records first.
+                sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            }
+            p.tracker.end_epoch(now, em, sink);
+            p.reader = None;
+            try_open(p, started_ns, now, em, sink);
+            if p.reader.is_some() {
+                sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            }
+        }
+        Err(e) => fail(p, &e, now, em, sink),
+    }
+}
+
+/// A read failed: a shrunk file is closed and refused until it changes; anything else is an
+/// anomaly and the next poll tries again.
+fn fail<S: EventSink + ?Sized>(
+    p: &mut Probe,
+    e: &PollError,
+    now: Now,
+    em: &mut Emitter,
+    sink: &mut S,
+) {
+    let detail = poll_error_detail(e);
+    match e {
+        PollError::FileShrunk { .. } => {
+            p.reader = None;
+            p.refused = p.c_path.as_ref().and_then(|c| stat_key(c).ok());
+            p.tracker.faulty(detail, now, em, sink);
+        }
+        PollError::ProducerRestarted(_) => {}
+        _ => p.tracker.anomaly(detail, now, em, sink),
+    }
+}
+
+fn try_open<S: EventSink + ?Sized>(
+    p: &mut Probe,
+    started_ns: u64,
+    now: Now,
+    em: &mut Emitter,
+    sink: &mut S,
+) {
+    let Some(c_path) = &p.c_path else {
+        p.tracker
+            .faulty("probe path contains a NUL byte", now, em, sink);
+        return;
+    };
+    let key = match stat_key(c_path) {
+        Ok(k) => k,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            p.tracker.waiting();
+            return;
+        }
+        Err(_) => {
+            p.tracker
+                .anomaly("probe file cannot be examined (stat failed)", now, em, sink);
+            return;
+        }
+    };
+    if p.refused == Some(key) {
+        return;
+    }
+    let reader = match ProbeReader::open(&p.cfg.path) {
+        Ok(r) => r,
+        Err(OpenError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            p.tracker.waiting();
+            return;
+        }
+        Err(e) => {
+            p.refused = Some(key);
+            p.tracker.faulty(open_error_detail(&e), now, em, sink);
+            return;
+        }
+    };
+    if let Some(expected) = &p.cfg.loop_name
+        && reader.info().loop_name() != expected
+    {
+        p.refused = Some(key);
+        p.tracker.faulty(
+            "probe announces a loop name other than the configured loop_name",
+            now,
+            em,
+            sink,
+        );
+        return;
+    }
+    p.refused = None;
+    let info = *reader.info();
+    let baseline = if info.start_ns < started_ns {
+        match reader.summary() {
+            Ok(s) => Some((s, reader.autonomy().ok())),
+            Err(e) => {
+                p.tracker.anomaly(poll_error_detail(&e), now, em, sink);
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    p.tracker.start_epoch(&info, baseline, now, em, sink);
+    p.reader = Some(reader);
+}
+
+/// One read pass: model slot and mode, new records, then the summary.
+#[allow(clippy::too_many_arguments)]
+fn sample<S: EventSink + ?Sized>(
+    p: &mut Probe,
+    now: Now,
+    autonomy_at_ns: u64,
+    manifest: Option<&ModelVersion>,
+    machine_mode: AutonomyMode,
+    em: &mut Emitter,
+    sink: &mut S,
+) {
+    let Some(reader) = p.reader.as_mut() else {
+        return;
+    };
+    let tracker = &mut p.tracker;
+    let slot = match reader.model_version() {
+        Ok(s) => s,
+        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
+        Err(e) => {
+            tracker.anomaly(poll_error_detail(&e), now, em, sink);
+            None
+        }
+    };
+    let autonomy = match reader.autonomy() {
+        Ok(a) => Some(a),
+        Err(e @ PollError::FileShrunk { .. }) => return fail(p, &e, now, em, sink),
+        Err(e) => {
+            tracker.anomaly(poll_error_detail(&e), now, em, sink);
+            None
+        }
+    };
+    tracker.begin_poll(slot.as_ref(), manifest, machine_mode, now, em, sink);
+    let stats = match reader.poll(now.monotonic_ns, &mut |rec| tracker.record(rec)) {
+        Ok(s) => s,
+        Err(e) => return fail(p, &e, now, em, sink),
+    };
+    let summary = match reader.summary() {
+        Ok(s) => s,
+        Err(e) => return fail(p, &e, now, em, sink),
+    };
+    tracker.end_poll(
+        &summary,
+        &stats,
+        autonomy.as_ref().map(|a| (a, autonomy_at_ns)),
+        now,
+        em,
+        sink,
+    );
+}

@@ -1,0 +1,942 @@
+//! One loop's deadline accounting, as pure logic: what the shell read from the probe goes in
+//! (identity, model slot, records, the cumulative summary, liveness), events come out. No I/O,
+//! no clock: every call takes the poll's [`Now`].
+//!
+//! A poll is `begin_poll` (model and mode as read now), `record` for each new ring record,
+//! then `end_poll` with the header summary read after the records.
+//!
+//! Invariants:
+//! - Cycles, misses, skipped and summed durations come from deltas of the header's cumulative
+//!   summary, which the producer keeps exact even when the ring overruns; each delta goes to the
+//!   (loop, model version) series selected at that poll. So the series of one producer epoch add
+//!   up to the header's totals since the epoch's baseline, whatever records were lost.
+//! - The histogram and bursts come from records, so they cover the records actually read; lost
+//!   records are reported (`RING_OVERRUN`) and break burst runs.
+//! - An epoch's baseline is zero when the producer started after the agent; when the agent finds
+//!   a producer already running, counts made before are not attributed (their model is unknown)
+//!   and the series start at the agent's first sight.
+//! - A series is never reported with zero counts; its first non-zero value is reported at once
+//!   (so a counter reset after a restart is visible at a low value), then every snapshot while it
+//!   is the current series or changed, and a last time when its epoch ends or it is evicted.
+//! - Safety reports are rate-limited per kind: bursts per loop, anomalies and overruns per probe;
+//!   what happens in between is merged into the next report, never dropped. A miss run still
+//!   going is held up to the burst interval, so a run ending within it is one report.
+//! - No allocation in steady state (same producer, same model).
+
+use edgewatch_proto::v1::{self, ModelSource, ModelVersion, ProbeState};
+use loop_probe::{
+    AutonomyMode, AutonomyState, FLAG_OVERRUN, PollStats, ProbeInfo, Record, Summary,
+};
+
+use super::burst::BurstDetector;
+use super::config::{BurstRules, HistogramBounds, MAX_BOUNDS};
+use super::emit::{CounterKind, CountersView, Emitter, LoopId};
+use super::histogram::{Histogram, response_time_ns};
+use crate::autonomy::{AutonomyLedger, ModeNs, wire_mode};
+use crate::model::{PerModel, clear_model, copy_model, is_unknown, same_series, unknown_model};
+use crate::sink::{EventSink, Now};
+
+/// Model versions kept per loop and epoch (live models per machine are at most 2).
+pub const MODELS_PER_LOOP: usize = 4;
+
+/// What the tracker needs from the probe's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopSettings {
+    /// Burst rules.
+    pub burst: BurstRules,
+    /// Histogram bounds.
+    pub histogram: HistogramBounds,
+    /// Least time between burst reports per rule, ns.
+    pub burst_min_interval_ns: u64,
+    /// Least time between anomaly / overrun reports, ns.
+    pub status_min_interval_ns: u64,
+    /// Model name reported with the probe's model slot.
+    pub model_name: Option<String>,
+    /// Whether this loop's autonomy mode is the machine's (its seconds are reported).
+    pub autonomy_source: bool,
+    /// Name used in events before the probe announced one (the configured name, or "").
+    pub configured_name: String,
+    /// Probe path, for anomaly details.
+    pub path: String,
+}
+
+/// The agent's view of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopState {
+    /// No probe file yet (the loop has not started).
+    Waiting,
+    /// The probe file is unusable (bad magic, ABI, size, name; shrank).
+    Faulty,
+    /// The producer holds its lock and records cycles.
+    Alive,
+    /// The producer holds its lock but its heartbeat is old.
+    Stalled,
+    /// The producer's lock is gone.
+    Dead,
+}
+
+/// Cumulative values of one (loop, model version) series.
+#[derive(Debug, Clone)]
+pub struct DeadlineSeries {
+    /// Control steps.
+    pub cycles: u64,
+    /// Steps over budget.
+    pub misses: u64,
+    /// Activations skipped.
+    pub skipped: u64,
+    /// Sum of durations.
+    pub sum_duration_ns: u64,
+    /// Longest duration seen.
+    pub max_duration_ns: u64,
+    /// Response times of the records read.
+    pub histogram: Histogram,
+    /// Changed since the last report.
+    dirty: bool,
+    /// Never reported yet.
+    fresh: bool,
+}
+
+impl DeadlineSeries {
+    fn new(bounds: &heapless::Vec<u64, MAX_BOUNDS>) -> DeadlineSeries {
+        DeadlineSeries {
+            cycles: 0,
+            misses: 0,
+            skipped: 0,
+            sum_duration_ns: 0,
+            max_duration_ns: 0,
+            histogram: Histogram::new(bounds),
+            dirty: false,
+            fresh: true,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cycles == 0 && self.skipped == 0 && self.histogram.total() == 0
+    }
+}
+
+/// A minimum spacing between reports of one kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Gate {
+    last_ns: Option<u64>,
+}
+
+impl Gate {
+    fn open(&self, now_ns: u64, min_ns: u64) -> bool {
+        self.last_ns
+            .is_none_or(|l| now_ns.saturating_sub(l) >= min_ns)
+    }
+}
+
+/// One producer's identity and the counters as last read.
+#[derive(Debug, Clone)]
+struct Epoch {
+    info: ProbeInfo,
+    bounds: heapless::Vec<u64, MAX_BOUNDS>,
+    /// Summary at the last poll (the baseline for the next delta).
+    prev: Summary,
+    /// Start of series created at the epoch's first poll, wall ns.
+    start_unix_ns: i64,
+    /// Polls completed in this epoch.
+    polls: u64,
+}
+
+/// Counts for the agent's `status` command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopCounts {
+    /// Header totals of the current producer: cycles, misses, skipped.
+    pub cycles: u64,
+    /// Misses.
+    pub misses: u64,
+    /// Skipped activations.
+    pub skipped: u64,
+    /// Fallbacks, interventions, safe stops (header totals).
+    pub fallbacks: u64,
+    /// Interventions.
+    pub interventions: u64,
+    /// Safe stops.
+    pub safe_stops: u64,
+    /// Records overwritten before the agent read them, since the agent started.
+    pub lost_records: u64,
+    /// Anomalies found, since the agent started.
+    pub anomalies: u64,
+    /// Burst reports emitted, since the agent started.
+    pub bursts: u64,
+}
+
+/// A pending anomaly or overrun report.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    gate: Gate,
+    count: u64,
+    detail: &'static str,
+}
+
+/// One loop's accounting; see the module doc.
+#[derive(Debug)]
+pub struct LoopTracker {
+    settings: LoopSettings,
+    state: LoopState,
+    epoch: Option<Epoch>,
+    /// Epoch of the last producer seen, across restarts.
+    last_epoch: Option<u64>,
+    loop_id: u32,
+    loop_name: String,
+    series: PerModel<DeadlineSeries, MODELS_PER_LOOP>,
+    current: Option<usize>,
+    /// The model counters go to now.
+    effective: ModelVersion,
+    /// The last known (not unknown) model, for change reports.
+    last_known: ModelVersion,
+    scratch: ModelVersion,
+    own_mode: AutonomyMode,
+    machine_mode: AutonomyMode,
+    bursts: BurstDetector,
+    burst_gate: Gate,
+    /// When the waiting burst report was first seen, CLOCK_MONOTONIC ns.
+    burst_pending_since: Option<u64>,
+    anomaly: Pending,
+    overrun: Pending,
+    autonomy: AutonomyLedger,
+    counts: LoopCounts,
+    last_sample_ns: Option<u64>,
+    problem: Option<&'static str>,
+}
+
+impl LoopTracker {
+    /// A tracker for a loop not seen yet.
+    pub fn new(settings: LoopSettings) -> LoopTracker {
+        let mut loop_name = String::with_capacity(32);
+        loop_name.push_str(&settings.configured_name);
+        LoopTracker {
+            bursts: BurstDetector::new(settings.burst),
+            settings,
+            state: LoopState::Waiting,
+            epoch: None,
+            last_epoch: None,
+            loop_id: 0,
+            loop_name,
+            series: PerModel::default(),
+            current: None,
+            effective: unknown_model(),
+            last_known: unknown_model(),
+            scratch: unknown_model(),
+            own_mode: AutonomyMode::Unknown,
+            machine_mode: AutonomyMode::Unknown,
+            burst_gate: Gate::default(),
+            burst_pending_since: None,
+            anomaly: Pending::default(),
+            overrun: Pending::default(),
+            autonomy: AutonomyLedger::default(),
+            counts: LoopCounts::default(),
+            last_sample_ns: None,
+            problem: None,
+        }
+    }
+
+    fn id(&self) -> LoopId<'_> {
+        LoopId {
+            id: self.loop_id,
+            name: &self.loop_name,
+        }
+    }
+
+    /// The agent's view of the producer.
+    pub fn state(&self) -> LoopState {
+        self.state
+    }
+
+    /// Loop name (the probe's once read, else the configured one).
+    pub fn loop_name(&self) -> &str {
+        &self.loop_name
+    }
+
+    /// The current producer's identity.
+    pub fn info(&self) -> Option<&ProbeInfo> {
+        self.epoch.as_ref().map(|e| &e.info)
+    }
+
+    /// The model counters go to now (unknown: empty name and version).
+    pub fn model(&self) -> &ModelVersion {
+        &self.effective
+    }
+
+    /// The loop's mode as its probe reports it, else the machine's.
+    pub fn mode(&self) -> AutonomyMode {
+        if self.own_mode == AutonomyMode::Unknown {
+            self.machine_mode
+        } else {
+            self.own_mode
+        }
+    }
+
+    /// The autonomy mode this loop's probe reports (for the machine, if it is the source).
+    pub fn own_mode(&self) -> AutonomyMode {
+        self.own_mode
+    }
+
+    /// Counts for `status`.
+    pub fn counts(&self) -> &LoopCounts {
+        &self.counts
+    }
+
+    /// When the last poll read the probe, CLOCK_MONOTONIC ns.
+    pub fn last_sample_ns(&self) -> Option<u64> {
+        self.last_sample_ns
+    }
+
+    /// The problem that keeps the probe unusable, if any.
+    pub fn problem(&self) -> Option<&'static str> {
+        self.problem
+    }
+
+    /// Series of the current epoch: model, start, values.
+    pub fn series(&self) -> impl Iterator<Item = (&ModelVersion, i64, &DeadlineSeries)> {
+        self.series
+            .iter()
+            .map(|e| (&e.model, e.start_time_unix_ns, &e.value))
+    }
+
+    /// Autonomy seconds per model of the current epoch (if this loop is the autonomy source).
+    pub fn autonomy_series(&self) -> impl Iterator<Item = (&ModelVersion, i64, &ModeNs)> {
+        self.autonomy.series()
+    }
+
+    /// No probe file at the path.
+    pub fn waiting(&mut self) {
+        if self.epoch.is_none() && self.state != LoopState::Dead {
+            self.state = LoopState::Waiting;
+            self.problem = None;
+        }
+    }
+
+    /// A new producer was opened. `baseline` is the header as first read when the producer
+    /// started before the agent (its earlier counts are not attributed), `None` to count from
+    /// the producer's start. Reports `RESTARTED` when an earlier producer was known.
+    pub fn start_epoch<S: EventSink + ?Sized>(
+        &mut self,
+        info: &ProbeInfo,
+        baseline: Option<(Summary, Option<AutonomyState>)>,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        if self.epoch.is_some() {
+            self.end_epoch(now, em, sink);
+        }
+        self.loop_id = info.loop_id;
+        self.loop_name.clear();
+        self.loop_name.push_str(info.loop_name());
+        if self.last_epoch.is_some_and(|e| e != info.epoch) {
+            em.probe_status(
+                now,
+                self.id(),
+                ProbeState::Restarted,
+                info.epoch,
+                info.pid,
+                0,
+                &[],
+                sink,
+            );
+        }
+        self.last_epoch = Some(info.epoch);
+        let (prev, start_unix_ns, auto_base) = match baseline {
+            Some((summary, autonomy)) => {
+                let mut prev = summary;
+                // Event counters are reported once with their totals (delta since the producer
+                // started) so their series exist from the first poll.
+                prev.events = Default::default();
+                let base = autonomy.map(|a| {
+                    let mut t: ModeNs = [0; loop_probe::layout::AUTONOMY_MODES];
+                    for m in AutonomyMode::ALL {
+                        if let Some(x) = t.get_mut(m as usize) {
+                            *x = a.total_ns(m, now.monotonic_ns.max(a.since_ns));
+                        }
+                    }
+                    t
+                });
+                (prev, now.wall_unix_ns, Some(base))
+            }
+            None => {
+                let age = now.monotonic_ns.saturating_sub(info.start_ns);
+                let start = now
+                    .wall_unix_ns
+                    .saturating_sub(i64::try_from(age).unwrap_or(i64::MAX));
+                (Summary::default(), start, None)
+            }
+        };
+        self.epoch = Some(Epoch {
+            info: *info,
+            bounds: self.settings.histogram.resolve(info.budget_ns),
+            prev,
+            start_unix_ns,
+            polls: 0,
+        });
+        self.series.clear();
+        self.current = None;
+        self.bursts.reset();
+        self.autonomy
+            .start_epoch(auto_base.flatten(), start_unix_ns);
+        self.own_mode = AutonomyMode::Unknown;
+        self.state = LoopState::Alive;
+        self.problem = None;
+    }
+
+    /// First half of a poll: the model slot and the loop's mode as read now. `machine_mode` is
+    /// the autonomy source's mode, used when this probe reports none.
+    pub fn begin_poll<S: EventSink + ?Sized>(
+        &mut self,
+        slot: Option<&loop_probe::ModelVersion>,
+        manifest: Option<&ModelVersion>,
+        machine_mode: AutonomyMode,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        self.machine_mode = machine_mode;
+        resolve_model(
+            &mut self.scratch,
+            slot,
+            manifest,
+            self.settings.model_name.as_deref(),
+        );
+        if !crate::model::same_identity(&self.scratch, &self.effective)
+            || self.scratch.source != self.effective.source
+        {
+            if !is_unknown(&self.scratch) {
+                let both_manifest = self.scratch.source == ModelSource::Manifest as i32
+                    && self.last_known.source == ModelSource::Manifest as i32;
+                if !is_unknown(&self.last_known)
+                    && is_change(&self.last_known, &self.scratch)
+                    && !both_manifest
+                {
+                    let id = LoopId {
+                        id: self.loop_id,
+                        name: &self.loop_name,
+                    };
+                    em.model_change(now, id, &self.last_known, &self.scratch, sink);
+                }
+                copy_model(&mut self.last_known, &self.scratch);
+            }
+            copy_model(&mut self.effective, &self.scratch);
+        }
+        let Some(epoch) = &self.epoch else {
+            return;
+        };
+        let start = if epoch.polls == 0 {
+            epoch.start_unix_ns
+        } else {
+            now.wall_unix_ns
+        };
+        let bounds = &epoch.bounds;
+        let (i, evicted) = self
+            .series
+            .select(&self.effective, start, now.monotonic_ns, || {
+                DeadlineSeries::new(bounds)
+            });
+        self.current = Some(i);
+        if let Some(old) = evicted
+            && !old.value.is_empty()
+        {
+            let id = LoopId {
+                id: self.loop_id,
+                name: &self.loop_name,
+            };
+            emit_counters(
+                em,
+                now,
+                id,
+                epoch,
+                &old.model,
+                old.start_time_unix_ns,
+                &old.value,
+                sink,
+            );
+        }
+    }
+
+    /// One record read from the ring, oldest first.
+    #[inline]
+    pub fn record(&mut self, rec: &Record) {
+        let missed = rec.flags & FLAG_OVERRUN != 0;
+        self.bursts.record(rec.cycle, missed, rec.duration_ns);
+        if let Some(e) = self.current.and_then(|i| self.series.get_mut(i)) {
+            let s = &mut e.value;
+            s.histogram.record(response_time_ns(
+                rec.release_ns,
+                rec.start_ns,
+                rec.duration_ns,
+            ));
+            s.max_duration_ns = s.max_duration_ns.max(rec.duration_ns);
+            s.dirty = true;
+        }
+    }
+
+    /// Second half of a poll: the summary read after the records, the ring's statistics, and
+    /// the autonomy cell with the time to evaluate it at (now, or a dead producer's last
+    /// heartbeat).
+    pub fn end_poll<S: EventSink + ?Sized>(
+        &mut self,
+        summary: &Summary,
+        stats: &PollStats,
+        autonomy: Option<(&AutonomyState, u64)>,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        let Some(epoch) = self.epoch.as_mut() else {
+            return;
+        };
+        self.last_sample_ns = Some(now.monotonic_ns);
+        let prev = epoch.prev;
+        let (c, p) = (&summary.cycles, &prev.cycles);
+        let went_back = c.cycles < p.cycles
+            || c.misses < p.misses
+            || c.skipped < p.skipped
+            || c.sum_duration_ns < p.sum_duration_ns;
+        let mut anomaly: Option<&'static str> = None;
+        if went_back {
+            anomaly = Some("probe summary counters went backwards");
+        } else if let Some(s) = self.current.and_then(|i| self.series.get_mut(i)) {
+            let v = &mut s.value;
+            let dc = c.cycles - p.cycles;
+            let dm = c.misses - p.misses;
+            let ds = c.skipped - p.skipped;
+            v.cycles = v.cycles.saturating_add(dc);
+            v.misses = v.misses.saturating_add(dm);
+            v.skipped = v.skipped.saturating_add(ds);
+            v.sum_duration_ns = v
+                .sum_duration_ns
+                .saturating_add(c.sum_duration_ns - p.sum_duration_ns);
+            if c.max_duration_ns > p.max_duration_ns {
+                v.max_duration_ns = v.max_duration_ns.max(c.max_duration_ns);
+            }
+            if dc + dm + ds > 0 {
+                v.dirty = true;
+            }
+        }
+        epoch.prev = *summary;
+        epoch.polls += 1;
+        self.counts.cycles = c.cycles;
+        self.counts.misses = c.misses;
+        self.counts.skipped = c.skipped;
+
+        // Header event counters.
+        let mode = wire_mode(self.mode());
+        let e = &summary.events;
+        let pe = &prev.events;
+        for (kind, total, before) in [
+            (CounterKind::Fallback, e.fallbacks, pe.fallbacks),
+            (CounterKind::Intervention, e.interventions, pe.interventions),
+            (CounterKind::SafeStop, e.safe_stops, pe.safe_stops),
+        ] {
+            if total > before {
+                let id = LoopId {
+                    id: self.loop_id,
+                    name: &self.loop_name,
+                };
+                em.increment(
+                    now,
+                    kind,
+                    id,
+                    &self.effective,
+                    mode,
+                    total,
+                    total - before,
+                    sink,
+                );
+            } else if total < before {
+                anomaly = Some("probe event counters went backwards");
+            }
+        }
+        self.counts.fallbacks = e.fallbacks;
+        self.counts.interventions = e.interventions;
+        self.counts.safe_stops = e.safe_stops;
+
+        // Autonomy.
+        if let Some((state, at_ns)) = autonomy {
+            self.own_mode = state.mode;
+            if self.settings.autonomy_source {
+                let (change, back) =
+                    self.autonomy
+                        .observe(state, at_ns, &self.effective, now.monotonic_ns);
+                if let Some(ch) = change {
+                    em.mode_change(now, wire_mode(ch.previous), wire_mode(ch.current), sink);
+                }
+                if back {
+                    anomaly = Some("probe autonomy time went backwards");
+                }
+            }
+        }
+
+        // Ring statistics.
+        if stats.lost > 0 {
+            self.bursts.gap();
+            self.overrun.count = self.overrun.count.saturating_add(stats.lost);
+            self.counts.lost_records = self.counts.lost_records.saturating_add(stats.lost);
+        }
+        if stats.rejected > 0 {
+            anomaly = Some("probe records hold impossible durations");
+        }
+        if stats.head_jumps > 0 {
+            anomaly = Some("probe head jumped further than the loop can record");
+        }
+        if let Some(a) = anomaly {
+            self.note_anomaly(a);
+        }
+        self.flush(now, false, em, sink);
+
+        // A new series is reported at once, so that a reset is seen at a low value.
+        if let (Some(i), Some(epoch)) = (self.current, self.epoch.as_ref())
+            && let Some(s) = self.series.get_mut(i)
+            && s.value.fresh
+            && !s.value.is_empty()
+        {
+            s.value.fresh = false;
+            s.value.dirty = false;
+            let id = LoopId {
+                id: self.loop_id,
+                name: &self.loop_name,
+            };
+            emit_counters(
+                em,
+                now,
+                id,
+                epoch,
+                &s.model,
+                s.start_time_unix_ns,
+                &s.value,
+                sink,
+            );
+        }
+    }
+
+    fn note_anomaly(&mut self, detail: &'static str) {
+        self.anomaly.count = self.anomaly.count.saturating_add(1);
+        self.anomaly.detail = detail;
+        self.counts.anomalies = self.counts.anomalies.saturating_add(1);
+    }
+
+    /// Something is wrong with the probe (a refused file, an implausible value): counted, and
+    /// reported no more often than the configured interval.
+    pub fn anomaly<S: EventSink + ?Sized>(
+        &mut self,
+        detail: &'static str,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        self.note_anomaly(detail);
+        self.flush(now, false, em, sink);
+    }
+
+    /// The probe file cannot be used until it changes (bad magic, ABI, size, loop name).
+    pub fn faulty<S: EventSink + ?Sized>(
+        &mut self,
+        detail: &'static str,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        self.end_epoch(now, em, sink);
+        self.state = LoopState::Faulty;
+        self.problem = Some(detail);
+        self.anomaly(detail, now, em, sink);
+    }
+
+    /// Emits what is pending and allowed by the rate limits (or everything, when `all`).
+    fn flush<S: EventSink + ?Sized>(
+        &mut self,
+        now: Now,
+        all: bool,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        let t = now.monotonic_ns;
+        let (epoch, pid) = self
+            .epoch
+            .as_ref()
+            .map_or((self.last_epoch.unwrap_or(0), 0), |e| {
+                (e.info.epoch, e.info.pid)
+            });
+        let status_min = self.settings.status_min_interval_ns;
+        if self.anomaly.count > 0 && (all || self.anomaly.gate.open(t, status_min)) {
+            let id = LoopId {
+                id: self.loop_id,
+                name: &self.loop_name,
+            };
+            let mut n = itoa_buf();
+            let count = fmt_u64(&mut n, self.anomaly.count);
+            em.probe_status(
+                now,
+                id,
+                ProbeState::Anomaly,
+                epoch,
+                pid,
+                0,
+                &[
+                    self.anomaly.detail,
+                    " (",
+                    &self.settings.path,
+                    "; ",
+                    count,
+                    " since the last report)",
+                ],
+                sink,
+            );
+            self.anomaly.count = 0;
+            self.anomaly.gate.last_ns = Some(t);
+        }
+        if self.overrun.count > 0 && (all || self.overrun.gate.open(t, status_min)) {
+            let id = LoopId {
+                id: self.loop_id,
+                name: &self.loop_name,
+            };
+            em.probe_status(
+                now,
+                id,
+                ProbeState::RingOverrun,
+                epoch,
+                pid,
+                self.overrun.count,
+                &["records overwritten before the agent read them; miss counts stay exact"],
+                sink,
+            );
+            self.overrun.count = 0;
+            self.overrun.gate.last_ns = Some(t);
+        }
+        let burst_min = self.settings.burst_min_interval_ns;
+        if self.bursts.pending() && self.burst_pending_since.is_none() {
+            self.burst_pending_since = Some(t);
+        }
+        // A run still going is held (up to the interval) so that one run is one report.
+        let held_long = self
+            .burst_pending_since
+            .is_some_and(|since| t.saturating_sub(since) >= burst_min);
+        if self.bursts.pending()
+            && (all
+                || (self.burst_gate.open(t, burst_min) && (!self.bursts.run_open() || held_long)))
+        {
+            let mode = wire_mode(self.mode());
+            for b in self.bursts.take().into_iter().flatten() {
+                let id = LoopId {
+                    id: self.loop_id,
+                    name: &self.loop_name,
+                };
+                em.burst(now, id, &self.effective, mode, &b, sink);
+                self.counts.bursts += 1;
+            }
+            self.burst_gate.last_ns = Some(t);
+            self.burst_pending_since = None;
+        }
+    }
+
+    /// The producer's heartbeat is older than the stall limit.
+    pub fn stalled<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        if self.state == LoopState::Alive {
+            self.state = LoopState::Stalled;
+            self.status_event(ProbeState::Stalled, now, em, sink);
+        }
+    }
+
+    /// The producer records cycles again (or still).
+    pub fn alive<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        if self.state == LoopState::Stalled {
+            self.state = LoopState::Alive;
+            self.status_event(ProbeState::Recovered, now, em, sink);
+        }
+    }
+
+    /// The producer's lock is gone. Call after a last poll of what it left; ends the epoch.
+    pub fn died<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        if self.epoch.is_some() && self.state != LoopState::Dead {
+            self.status_event(ProbeState::Died, now, em, sink);
+            self.end_epoch(now, em, sink);
+            self.state = LoopState::Dead;
+        }
+    }
+
+    fn status_event<S: EventSink + ?Sized>(
+        &mut self,
+        state: ProbeState,
+        now: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        let (epoch, pid) = self
+            .epoch
+            .as_ref()
+            .map_or((0, 0), |e| (e.info.epoch, e.info.pid));
+        let id = LoopId {
+            id: self.loop_id,
+            name: &self.loop_name,
+        };
+        em.probe_status(now, id, state, epoch, pid, 0, &[], sink);
+    }
+
+    /// Ends the current producer epoch: pending reports and every non-empty series are emitted
+    /// one last time.
+    pub fn end_epoch<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        if self.epoch.is_none() {
+            return;
+        }
+        self.flush(now, true, em, sink);
+        self.report(now, true, em, sink);
+        self.epoch = None;
+        self.current = None;
+        self.series.clear();
+        self.bursts.reset();
+    }
+
+    /// The periodic SLO snapshot: the current series and every series changed since the last
+    /// one, and the autonomy seconds if this loop is the autonomy source.
+    pub fn snapshot<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        self.report(now, false, em, sink);
+    }
+
+    fn report<S: EventSink + ?Sized>(
+        &mut self,
+        now: Now,
+        all: bool,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
+        let Some(epoch) = self.epoch.as_ref() else {
+            return;
+        };
+        let id = LoopId {
+            id: self.loop_id,
+            name: &self.loop_name,
+        };
+        for (i, s) in self.series.iter_mut().enumerate() {
+            let wanted = all || s.value.dirty || Some(i) == self.current;
+            if wanted && !s.value.is_empty() {
+                s.value.dirty = false;
+                s.value.fresh = false;
+                emit_counters(
+                    em,
+                    now,
+                    id,
+                    epoch,
+                    &s.model,
+                    s.start_time_unix_ns,
+                    &s.value,
+                    sink,
+                );
+            }
+        }
+        if self.settings.autonomy_source {
+            for (model, start, ns) in self.autonomy.series() {
+                em.autonomy_seconds(now, model, start, ns, sink);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_counters<S: EventSink + ?Sized>(
+    em: &mut Emitter,
+    now: Now,
+    id: LoopId<'_>,
+    epoch: &Epoch,
+    model: &ModelVersion,
+    start_time_unix_ns: i64,
+    s: &DeadlineSeries,
+    sink: &mut S,
+) {
+    em.deadline_counters(
+        now,
+        id,
+        model,
+        &CountersView {
+            start_time_unix_ns,
+            epoch: epoch.info.epoch,
+            period_ns: epoch.info.period_ns,
+            budget_ns: epoch.info.budget_ns,
+            cycles: s.cycles,
+            misses: s.misses,
+            skipped: s.skipped,
+            sum_duration_ns: s.sum_duration_ns,
+            max_duration_ns: s.max_duration_ns,
+            histogram: &s.histogram,
+        },
+        sink,
+    );
+}
+
+/// Whether going from `a` to `b` is a model change worth a report: another (name, version), another
+/// id, or another engine hash (an engine hash arriving where there was none is not).
+fn is_change(a: &ModelVersion, b: &ModelVersion) -> bool {
+    !same_series(a, b)
+        || a.id_hash != b.id_hash
+        || (!a.engine_sha256.is_empty()
+            && !b.engine_sha256.is_empty()
+            && a.engine_sha256 != b.engine_sha256)
+}
+
+/// The model a loop runs: its probe slot when set (named by the probe's `model_name`, else by a
+/// manifest of the same version), otherwise the manifest's identity, otherwise unknown.
+pub fn resolve_model(
+    dst: &mut ModelVersion,
+    slot: Option<&loop_probe::ModelVersion>,
+    manifest: Option<&ModelVersion>,
+    model_name: Option<&str>,
+) {
+    clear_model(dst);
+    match slot {
+        Some(s) => {
+            dst.version.push_str(s.version());
+            dst.id_hash = s.id_hash;
+            dst.source = ModelSource::Probe as i32;
+            let matching = manifest.filter(|m| m.version == s.version());
+            if let Some(name) = model_name {
+                dst.name.push_str(name);
+            } else if let Some(m) = matching {
+                dst.name.push_str(&m.name);
+            }
+            if let Some(m) = matching
+                && model_name.is_none_or(|n| n == m.name)
+            {
+                dst.engine_sha256.push_str(&m.engine_sha256);
+                dst.tensorrt_version.push_str(&m.tensorrt_version);
+                dst.cuda_version.push_str(&m.cuda_version);
+                dst.l4t_version.push_str(&m.l4t_version);
+            }
+        }
+        None => {
+            if let Some(m) = manifest {
+                copy_model(dst, m);
+            }
+        }
+    }
+}
+
+fn itoa_buf() -> [u8; 20] {
+    [0; 20]
+}
+
+/// Decimal text of `v` in `buf`, without allocating.
+fn fmt_u64(buf: &mut [u8; 20], mut v: u64) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        if let Some(b) = buf.get_mut(i) {
+            *b = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    buf.get(i..)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("")
+}
+
+/// The wire mode of a probe mode (re-exported for the shell's status).
+pub fn wire(m: AutonomyMode) -> v1::AutonomyMode {
+    wire_mode(m)
+}
+
+#[cfg(test)]
+mod tests;
