@@ -175,15 +175,7 @@ pub enum StructureError {
 
 /// Checks the structural rules of a batch (see the module invariants).
 pub fn check_structure(batch: &Batch) -> Result<(), StructureError> {
-    if batch.schema_version != SCHEMA_VERSION {
-        return Err(StructureError::SchemaVersion(batch.schema_version));
-    }
-    match Tier::try_from(batch.tier) {
-        Ok(Tier::Safety | Tier::Slo | Tier::Debug) => {}
-        _ => return Err(StructureError::Tier(batch.tier)),
-    }
-    validate_id(&batch.machine_id).map_err(StructureError::MachineId)?;
-    validate_id(&batch.site_id).map_err(StructureError::SiteId)?;
+    check_header(batch)?;
     let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) else {
         return Err(StructureError::Empty);
     };
@@ -203,6 +195,28 @@ pub fn check_structure(batch: &Batch) -> Result<(), StructureError> {
             last: batch.last_seq,
             events_first: first.seq,
             events_last: last.seq,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the fields of a batch other than its events.
+fn check_header(batch: &Batch) -> Result<(), StructureError> {
+    if batch.schema_version != SCHEMA_VERSION {
+        return Err(StructureError::SchemaVersion(batch.schema_version));
+    }
+    match Tier::try_from(batch.tier) {
+        Ok(Tier::Safety | Tier::Slo | Tier::Debug) => {}
+        _ => return Err(StructureError::Tier(batch.tier)),
+    }
+    validate_id(&batch.machine_id).map_err(StructureError::MachineId)?;
+    validate_id(&batch.site_id).map_err(StructureError::SiteId)?;
+    if batch.first_seq > batch.last_seq {
+        return Err(StructureError::SequenceRange {
+            first: batch.first_seq,
+            last: batch.last_seq,
+            events_first: batch.first_seq,
+            events_last: batch.last_seq,
         });
     }
     Ok(())
@@ -255,8 +269,64 @@ impl BatchEncoder {
         batch
             .encode(&mut self.encoded)
             .map_err(|error| EncodeError::Compression(std::io::Error::other(error)))?;
+        self.compress(limit, out)
+    }
+}
+
+impl BatchEncoder {
+    /// Encodes a batch whose events are already protobuf-encoded (as the agent's queue stores
+    /// them), without decoding them: `header` carries every field but `events`, which must be
+    /// empty; each `events` item is one encoded `Event`, in strictly increasing sequence order from
+    /// `header.first_seq` to `header.last_seq` (the caller's invariant; the gateway checks it).
+    pub fn encode_spliced<'e>(
+        &mut self,
+        header: &Batch,
+        events: impl Iterator<Item = &'e [u8]> + Clone,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        check_header(header)?;
+        let count = events.clone().count();
+        if count == 0 {
+            return Err(StructureError::Empty.into());
+        }
+        if count > MAX_EVENTS_PER_BATCH {
+            return Err(StructureError::TooManyEvents(count).into());
+        }
+        let len = header.encoded_len()
+            + events
+                .clone()
+                .map(|event| {
+                    prost::encoding::key_len(BATCH_EVENTS_FIELD)
+                        + prost::encoding::encoded_len_varint(event.len() as u64)
+                        + event.len()
+                })
+                .sum::<usize>();
+        if len > MAX_DECOMPRESSED_BYTES {
+            return Err(EncodeError::EncodedTooLarge { len });
+        }
+        self.encoded.clear();
+        self.encoded.reserve(len);
+        header
+            .encode(&mut self.encoded)
+            .map_err(|error| EncodeError::Compression(std::io::Error::other(error)))?;
+        // A repeated message field is a run of (key, length, bytes): appending encoded events
+        // after the header fields is the same encoding prost would write.
+        for event in events {
+            prost::encoding::encode_key(
+                BATCH_EVENTS_FIELD,
+                WireType::LengthDelimited,
+                &mut self.encoded,
+            );
+            prost::encoding::encode_varint(event.len() as u64, &mut self.encoded);
+            self.encoded.extend_from_slice(event);
+        }
+        self.compress(limit, out)
+    }
+
+    fn compress(&mut self, limit: usize, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         out.clear();
-        out.reserve(zstd::zstd_safe::compress_bound(len));
+        out.reserve(zstd::zstd_safe::compress_bound(self.encoded.len()));
         self.compressor
             .compress_to_buffer(&self.encoded[..], out)
             .map_err(EncodeError::Compression)?;
@@ -490,6 +560,31 @@ mod tests {
         assert!(matches!(
             encoder.encode(&batch, 16, &mut out),
             Err(EncodeError::CompressedTooLarge { limit: 16, .. })
+        ));
+    }
+
+    #[test]
+    fn spliced_encoding_equals_encoding_the_decoded_batch() {
+        let batch = batch_with((3..=7).map(custom).collect());
+        let stored: Vec<Vec<u8>> = batch.events.iter().map(Message::encode_to_vec).collect();
+        let header = Batch {
+            events: Vec::new(),
+            ..batch.clone()
+        };
+        let mut encoder = BatchEncoder::new(DEFAULT_COMPRESSION_LEVEL).unwrap();
+        let mut out = Vec::new();
+        encoder
+            .encode_spliced(
+                &header,
+                stored.iter().map(Vec::as_slice),
+                MAX_COMPRESSED_BYTES,
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(decode_batch(&out).unwrap(), batch);
+        assert!(matches!(
+            encoder.encode_spliced(&header, std::iter::empty(), MAX_COMPRESSED_BYTES, &mut out),
+            Err(EncodeError::Malformed(StructureError::Empty))
         ));
     }
 

@@ -10,11 +10,13 @@
 //!   while connections are open, with byte counters.
 //! - [`mqtt`]: small MQTT v5 client helpers for tests.
 //! - [`net`]: ephemeral ports and readiness waits.
+//! - [`binaries`]: other workspace crates' binaries, built on demand, for process-level tests.
 //!
 //! Invariants:
 //! - Everything listens on 127.0.0.1 only and is stopped when its handle drops.
 //! - Nothing here is a mock: the brokers are real brokers, the proxy moves real bytes.
 
+pub mod binaries;
 pub mod embedded;
 pub mod mosquitto;
 pub mod mqtt;

@@ -145,6 +145,13 @@ impl FaultProxy {
             .send_modify(|generation| *generation += 1);
     }
 
+    /// Ends a long partition: connections that lived through it are reset (as TCP connections
+    /// whose peers gave up would be) without delivering the bytes they held, then traffic passes.
+    pub fn heal_with_reset(&self) {
+        self.reset_open_connections();
+        self.set(Fault::Pass);
+    }
+
     /// Counters of what crossed the proxy.
     pub fn stats(&self) -> &ProxyStats {
         &self.stats
@@ -252,6 +259,9 @@ async fn serve(client: TcpStream, shared: Shared) {
     let (mut up_done, mut down_done) = (false, false);
     while !(up_done && down_done) {
         tokio::select! {
+            // A reset wins over bytes a heal released in the same instant.
+            biased;
+            _ = reset.changed() => return,
             end = &mut up, if !up_done => match end {
                 PumpEnd::Eof => up_done = true,
                 PumpEnd::Abort => return,
@@ -260,7 +270,6 @@ async fn serve(client: TcpStream, shared: Shared) {
                 PumpEnd::Eof => down_done = true,
                 PumpEnd::Abort => return,
             },
-            _ = reset.changed() => return,
         }
     }
 }

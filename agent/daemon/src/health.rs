@@ -1,0 +1,158 @@
+//! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
+//! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
+//! logging in to it.
+//!
+//! Invariants:
+//! - The event is built in one reused structure: after the first report, reporting does not
+//!   allocate.
+//! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
+
+use std::io::Read;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
+use edgewatch_queue::QueueStatus;
+
+use crate::ingest::IngestStats;
+use crate::uplink::UplinkStats;
+
+/// How often the agent reports its health.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Builds `AgentHealth` events.
+pub struct HealthReporter {
+    started: SystemTime,
+    event: Event,
+    statm: Vec<u8>,
+}
+
+impl HealthReporter {
+    /// A reporter for an agent started at `started`.
+    pub fn new(started: SystemTime) -> Self {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|id| id.trim().to_owned())
+            .unwrap_or_default();
+        let tiers = [Tier::Safety, Tier::Slo, Tier::Debug]
+            .map(|tier| TierHealth {
+                tier: tier as i32,
+                ..TierHealth::default()
+            })
+            .to_vec();
+        Self {
+            started,
+            event: Event {
+                kind: Some(event::Kind::AgentHealth(AgentHealth {
+                    agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    boot_id,
+                    tiers,
+                    ..AgentHealth::default()
+                })),
+                ..Event::default()
+            },
+            statm: Vec::with_capacity(128),
+        }
+    }
+
+    /// The health event as of `now`.
+    pub fn build(
+        &mut self,
+        now: SystemTime,
+        monotonic_ns: u64,
+        queue: &QueueStatus,
+        uplink: &UplinkStats,
+        ingest: &IngestStats,
+    ) -> &Event {
+        let rss_bytes = self.rss_bytes();
+        self.event.event_time_unix_ns = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        self.event.monotonic_ns = monotonic_ns;
+        if let Some(event::Kind::AgentHealth(health)) = &mut self.event.kind {
+            health.uptime_seconds = now
+                .duration_since(self.started)
+                .map_or(0.0, |d| d.as_secs_f64());
+            health.rss_bytes = rss_bytes;
+            health.cpu_seconds = cpu_seconds();
+            health.offline_window_seconds = queue
+                .offline_window
+                .map_or(f64::INFINITY, |window| window.as_secs_f64());
+            health.publishes_refused = uplink.refused;
+            health.reconnects = uplink.disconnects;
+            health.local_rejected = ingest.rejected;
+            for (slot, tier) in health.tiers.iter_mut().zip([
+                &queue.tiers.safety,
+                &queue.tiers.slo,
+                &queue.tiers.debug,
+            ]) {
+                slot.records = tier.records;
+                slot.bytes = tier.bytes;
+                slot.oldest_age_seconds = tier.oldest_age.map_or(0.0, |age| age.as_secs_f64());
+                slot.evicted = tier.evicted;
+                slot.expired = tier.expired;
+                slot.corrupt = tier.corrupt;
+            }
+        }
+        &self.event
+    }
+
+    fn rss_bytes(&mut self) -> u64 {
+        self.statm.clear();
+        let read = std::fs::File::open("/proc/self/statm")
+            .and_then(|mut file| file.read_to_end(&mut self.statm));
+        if read.is_err() {
+            return 0;
+        }
+        // Second field: resident pages.
+        let resident = std::str::from_utf8(&self.statm)
+            .ok()
+            .and_then(|text| text.split_ascii_whitespace().nth(1))
+            .and_then(|pages| pages.parse::<u64>().ok())
+            .unwrap_or(0);
+        // SAFETY: sysconf has no memory preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        resident * u64::try_from(page).unwrap_or(4096)
+    }
+}
+
+/// User plus system CPU time of the process so far.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain data; getrusage fills the one we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_reports_the_process_and_the_queue() {
+        let mut reporter = HealthReporter::new(SystemTime::now() - Duration::from_secs(5));
+        let mut queue = QueueStatus::default();
+        queue.tiers.debug.records = 42;
+        let uplink = UplinkStats {
+            refused: 2,
+            ..UplinkStats::default()
+        };
+        let event = reporter.build(
+            SystemTime::now(),
+            1,
+            &queue,
+            &uplink,
+            &IngestStats::default(),
+        );
+        let Some(event::Kind::AgentHealth(health)) = &event.kind else {
+            panic!("not a health event");
+        };
+        assert!(health.uptime_seconds >= 5.0);
+        assert!(health.rss_bytes > 1024 * 1024);
+        assert_eq!(health.tiers[2].records, 42);
+        assert_eq!(health.publishes_refused, 2);
+        assert_eq!(health.agent_version, env!("CARGO_PKG_VERSION"));
+    }
+}

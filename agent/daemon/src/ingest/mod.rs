@@ -1,0 +1,497 @@
+//! Local event ingest: a Unix-domain socket where processes on the machine (the autonomy state
+//! machine, operator tools) submit events into a tier.
+//!
+//! Invariants:
+//! - The socket is created with the configured mode (0660 by default) and group; a stale socket
+//!   file from a previous run is replaced, anything else at that path is left alone (error).
+//! - Each connection is served by its own task with its own buffer and rate limit: a slow,
+//!   malformed or flooding client costs only its own connection, never another's or the agent's.
+//! - A submission is answered only after it is in the queue; a safety submission only after it is
+//!   durable. Every refusal is answered (when the stream allows it) and counted.
+
+pub mod codec;
+
+use std::cell::RefCell;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use codec::Frame;
+use edgewatch_proto::v1::{
+    Attribute, AutonomyModeChange, CustomEvent, Event, Intervention, LocalReply, LocalSubmission,
+    SafeStop, Tier, attribute, event,
+};
+use prost::Message;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+
+use crate::config::{Config, Ingest};
+use crate::pacing::token_bucket::TokenBucket;
+use crate::run::Shared;
+
+/// Counters for `status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestStats {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Submissions accepted into the queue.
+    pub accepted: u64,
+    /// Submissions refused (malformed, wrong kind, over the rate, queue refused).
+    pub rejected: u64,
+    /// Connections closed because their stream could not be read further.
+    pub dropped_connections: u64,
+}
+
+/// The bound socket, ready to serve.
+pub struct IngestServer {
+    listener: UnixListener,
+    settings: Ingest,
+    shared: Shared,
+    stats: Rc<RefCell<IngestStats>>,
+}
+
+impl IngestServer {
+    /// Binds the socket at the configured path with the configured mode and group.
+    pub fn bind(
+        settings: &Ingest,
+        shared: Shared,
+        stats: Rc<RefCell<IngestStats>>,
+    ) -> std::io::Result<Self> {
+        remove_stale_socket(&settings.socket)?;
+        if let Some(parent) = settings.socket.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let listener = UnixListener::bind(&settings.socket)?;
+        std::fs::set_permissions(
+            &settings.socket,
+            std::fs::Permissions::from_mode(settings.mode),
+        )?;
+        if let Some(group) = &settings.group {
+            set_group(&settings.socket, group)?;
+        }
+        Ok(Self {
+            listener,
+            settings: settings.clone(),
+            shared,
+            stats,
+        })
+    }
+
+    /// Accepts connections until `shutdown` turns true.
+    pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            let stream = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "Accepting a local connection failed.");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            };
+            self.stats.borrow_mut().connections += 1;
+            tokio::task::spawn_local(serve_connection(
+                stream,
+                self.settings.clone(),
+                self.shared.clone(),
+                Rc::clone(&self.stats),
+                shutdown.clone(),
+            ));
+        }
+        let _ = std::fs::remove_file(&self.settings.socket);
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+fn set_group(path: &Path, group: &str) -> std::io::Result<()> {
+    let name = std::ffi::CString::new(group)
+        .map_err(|_| std::io::Error::other("group name holds a NUL byte"))?;
+    // SAFETY: getgrnam reads a NUL-terminated string and returns a pointer into static storage
+    // (or null); we copy the gid out before any other call could overwrite it.
+    let gid = unsafe {
+        let entry = libc::getgrnam(name.as_ptr());
+        if entry.is_null() {
+            return Err(std::io::Error::other(format!("no group named {group}")));
+        }
+        (*entry).gr_gid
+    };
+    std::os::unix::fs::chown(path, None, Some(gid))
+}
+
+async fn serve_connection(
+    mut stream: UnixStream,
+    settings: Ingest,
+    shared: Shared,
+    stats: Rc<RefCell<IngestStats>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut answered = Answers::default();
+    // The rate limit is backpressure: past its burst a client waits (its writes block), nothing
+    // it sent is refused for speed alone.
+    let mut bucket = TokenBucket::new(
+        u64::from(settings.rate_per_s),
+        u64::from(settings.burst),
+        Instant::now(),
+    );
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let read = tokio::select! {
+            read = stream.read(&mut chunk) => read,
+            _ = shutdown.changed() => return,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut offset = 0;
+        let mut fatal = false;
+        loop {
+            let frame = codec::next_frame(&buf[offset..], settings.max_message_bytes);
+            let (body, consumed) = match frame {
+                Ok(Frame::Incomplete) => break,
+                Ok(Frame::Complete { body, consumed }) => (body, consumed),
+                Err(error) => {
+                    tracing::warn!(%error, "A local client sent an unreadable stream; closing it.");
+                    stats.borrow_mut().dropped_connections += 1;
+                    answered.push(Err(error.to_string()));
+                    fatal = true;
+                    break;
+                }
+            };
+            let wait = bucket.wait_for(1, Instant::now());
+            if !wait.is_zero() {
+                if answered.send(&mut stream, &shared, &stats).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(wait).await;
+            }
+            bucket.take(1, Instant::now());
+            let body = &buf[offset + body.start..offset + body.end];
+            answered.push(accept(body, &shared));
+            offset += consumed;
+        }
+        buf.drain(..offset);
+        if answered.send(&mut stream, &shared, &stats).await.is_err() || fatal {
+            return;
+        }
+    }
+}
+
+/// Outcomes of the submissions read so far, answered together after one group commit.
+#[derive(Default)]
+struct Answers {
+    outcomes: Vec<Result<(Tier, u64), String>>,
+    encoded: Vec<u8>,
+}
+
+impl Answers {
+    fn push(&mut self, outcome: Result<(Tier, u64), String>) {
+        self.outcomes.push(outcome);
+    }
+
+    /// Waits until every accepted safety submission is durable, then writes all replies.
+    async fn send(
+        &mut self,
+        stream: &mut UnixStream,
+        shared: &Shared,
+        stats: &Rc<RefCell<IngestStats>>,
+    ) -> std::io::Result<()> {
+        if self.outcomes.is_empty() {
+            return Ok(());
+        }
+        let last_safety = self
+            .outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Ok((Tier::Safety, seq)) => Some(*seq),
+                _ => None,
+            })
+            .max();
+        if let Some(seq) = last_safety {
+            shared.wait_durable(Tier::Safety, seq).await;
+        }
+        self.encoded.clear();
+        {
+            let mut stats = stats.borrow_mut();
+            for outcome in self.outcomes.drain(..) {
+                let reply = match outcome {
+                    Ok((_, seq)) => {
+                        stats.accepted += 1;
+                        codec::accepted(seq)
+                    }
+                    Err(error) => {
+                        stats.rejected += 1;
+                        codec::refused(&error)
+                    }
+                };
+                codec::encode_frame(&reply, &mut self.encoded);
+            }
+        }
+        stream.write_all(&self.encoded).await
+    }
+}
+
+/// Decodes, stamps and appends one submission.
+fn accept(body: &[u8], shared: &Shared) -> Result<(Tier, u64), String> {
+    let (tier, mut event) = codec::decode_submission(body).map_err(|error| error.to_string())?;
+    let now = SystemTime::now();
+    if event.event_time_unix_ns == 0 {
+        event.event_time_unix_ns = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    }
+    if event.monotonic_ns == 0 {
+        event.monotonic_ns = monotonic_ns();
+    }
+    let seq = shared
+        .append(tier, &event)
+        .map_err(|error| error.to_string())?;
+    Ok((tier, seq))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// Why `emit` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    /// The arguments do not form an event.
+    #[error("{0}")]
+    Usage(String),
+    /// The agent's socket could not be reached.
+    #[error("cannot reach the agent at {path}: {source}")]
+    Connect {
+        /// Socket path.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The exchange failed.
+    #[error("talking to the agent: {0}")]
+    Io(#[from] std::io::Error),
+    /// The agent refused the event.
+    #[error("the agent refused the event: {0}")]
+    Refused(String),
+}
+
+/// Builds the event `edgewatch-agent emit` describes.
+pub fn build_event(kind: &str, attrs: &[String]) -> Result<Event, EmitError> {
+    let mut pairs = Vec::new();
+    for attr in attrs {
+        let (key, value) = attr
+            .split_once('=')
+            .ok_or_else(|| EmitError::Usage(format!("--attr {attr:?} is not key=value")))?;
+        if key.is_empty() {
+            return Err(EmitError::Usage(format!(
+                "--attr {attr:?} has an empty key"
+            )));
+        }
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let mode = |key: &str| -> Result<i32, EmitError> {
+        match get(key) {
+            None => Ok(0),
+            Some(name) => codec::parse_mode(&name).map(|m| m as i32).ok_or_else(|| {
+                EmitError::Usage(format!(
+                    "{key}={name}: expected autonomous, manual, teleoperated or idle"
+                ))
+            }),
+        }
+    };
+    let kind = match kind {
+        "intervention" => event::Kind::Intervention(Intervention {
+            total: 0,
+            delta: 1,
+            reason: get("reason").unwrap_or_default(),
+            mode: mode("mode")?,
+            model: None,
+        }),
+        "safe-stop" => event::Kind::SafeStop(SafeStop {
+            total: 0,
+            delta: 1,
+            reason: get("reason").unwrap_or_default(),
+            mode: mode("mode")?,
+            model: None,
+        }),
+        "mode-change" => {
+            if get("to").is_none() {
+                return Err(EmitError::Usage(
+                    "mode-change needs --attr to=<mode>".into(),
+                ));
+            }
+            event::Kind::AutonomyModeChange(AutonomyModeChange {
+                previous: mode("from")?,
+                current: mode("to")?,
+                reason: get("reason").unwrap_or_default(),
+            })
+        }
+        name => {
+            if name.is_empty() {
+                return Err(EmitError::Usage("--kind must not be empty".into()));
+            }
+            event::Kind::Custom(CustomEvent {
+                name: name.to_owned(),
+                attributes: pairs
+                    .into_iter()
+                    .map(|(key, value)| Attribute {
+                        key,
+                        value: Some(typed_value(value)),
+                    })
+                    .collect(),
+            })
+        }
+    };
+    Ok(Event {
+        kind: Some(kind),
+        ..Event::default()
+    })
+}
+
+fn typed_value(text: String) -> attribute::Value {
+    if let Ok(int) = text.parse::<i64>() {
+        attribute::Value::IntValue(int)
+    } else if let Ok(float) = text.parse::<f64>() {
+        attribute::Value::DoubleValue(float)
+    } else if let Ok(flag) = text.parse::<bool>() {
+        attribute::Value::BoolValue(flag)
+    } else {
+        attribute::Value::StringValue(text)
+    }
+}
+
+/// Sends one submission to the agent's socket and waits for its reply.
+pub fn submit(socket: &Path, tier: Tier, event: Event) -> Result<u64, EmitError> {
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(socket).map_err(|source| EmitError::Connect {
+            path: socket.to_owned(),
+            source,
+        })?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let submission = LocalSubmission {
+        tier: tier as i32,
+        event: Some(event),
+    };
+    let mut out = Vec::new();
+    codec::encode_frame(&submission, &mut out);
+    stream.write_all(&out)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(EmitError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the agent closed the connection without a reply",
+            )));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Ok(Frame::Complete { body, .. }) = codec::next_frame(&buf, 64 * 1024) {
+            let reply = LocalReply::decode(&buf[body])
+                .map_err(|error| EmitError::Io(std::io::Error::other(error)))?;
+            return if reply.accepted {
+                Ok(reply.seq)
+            } else {
+                Err(EmitError::Refused(reply.error))
+            };
+        }
+    }
+}
+
+/// `edgewatch-agent emit`: submits one event and prints its sequence number.
+pub fn emit(config: &Config, tier: &str, kind: &str, attrs: &[String]) -> Result<u64, EmitError> {
+    let tier = codec::parse_tier(tier)
+        .ok_or_else(|| EmitError::Usage(format!("--tier {tier}: expected safety, slo or debug")))?;
+    let event = build_event(kind, attrs)?;
+    submit(&config.ingest.socket, tier, event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emit_arguments_become_typed_events() {
+        let event = build_event(
+            "intervention",
+            &["reason=obstacle".into(), "mode=autonomous".into()],
+        )
+        .unwrap();
+        let Some(event::Kind::Intervention(intervention)) = event.kind else {
+            panic!("not an intervention");
+        };
+        assert_eq!(intervention.reason, "obstacle");
+        assert_eq!(intervention.delta, 1);
+        let event = build_event(
+            "bed-raised",
+            &[
+                "angle=42.5".into(),
+                "loaded=true".into(),
+                "count=3".into(),
+                "who=op".into(),
+            ],
+        )
+        .unwrap();
+        let Some(event::Kind::Custom(custom)) = event.kind else {
+            panic!("not custom");
+        };
+        assert_eq!(custom.name, "bed-raised");
+        let values: Vec<_> = custom
+            .attributes
+            .into_iter()
+            .map(|a| a.value.unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                attribute::Value::DoubleValue(42.5),
+                attribute::Value::BoolValue(true),
+                attribute::Value::IntValue(3),
+                attribute::Value::StringValue("op".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_emit_arguments_are_usage_errors() {
+        assert!(matches!(
+            build_event("custom", &["novalue".into()]),
+            Err(EmitError::Usage(_))
+        ));
+        assert!(matches!(
+            build_event("mode-change", &[]),
+            Err(EmitError::Usage(_))
+        ));
+        assert!(matches!(
+            build_event("intervention", &["mode=flying".into()]),
+            Err(EmitError::Usage(_))
+        ));
+    }
+}

@@ -1,0 +1,336 @@
+//! The agent's status, for `edgewatch-agent status`: written by `run` to a file every second
+//! (atomically: a temporary file renamed into place), read by `status` without ever touching the
+//! running agent. The queue writes its own snapshot beside its database the same way.
+//!
+//! Invariants:
+//! - Reading status never blocks or disturbs `run`: it only reads files.
+//! - A snapshot older than [`STALE_AFTER`] is reported as such (the agent is not running or stuck).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use edgewatch_queue::QueueStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::ingest::IngestStats;
+use crate::uplink::UplinkStats;
+
+/// A status file older than this means the agent is not updating it.
+pub const STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// What `run` publishes about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentSnapshot {
+    /// When this snapshot was taken (ms since the Unix epoch).
+    pub as_of_unix_ms: u64,
+    /// Process id of the agent.
+    pub pid: u32,
+    /// Agent version.
+    pub version: String,
+    /// Seconds since the agent started.
+    pub uptime_s: u64,
+    /// Uplink state.
+    pub uplink: serde_json::Value,
+    /// Local ingest counters.
+    pub ingest: serde_json::Value,
+    /// Sampling sources and the age of their last sample.
+    pub sources: Vec<SourceStatus>,
+}
+
+/// One sampling source.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceStatus {
+    /// Source name (e.g. `probe:planner`, `tegrastats`).
+    pub name: String,
+    /// State in a word (alive, stalled, dead, missing, ...).
+    pub state: String,
+    /// Seconds since its last sample, if any.
+    pub last_sample_age_s: Option<f64>,
+}
+
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl AgentSnapshot {
+    /// The snapshot as of now.
+    pub fn now(
+        started: SystemTime,
+        uplink: &UplinkStats,
+        ingest: &IngestStats,
+        sources: Vec<SourceStatus>,
+    ) -> Self {
+        let now = SystemTime::now();
+        Self {
+            as_of_unix_ms: unix_ms(now),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_s: now.duration_since(started).map_or(0, |d| d.as_secs()),
+            uplink: serde_json::to_value(uplink).unwrap_or_default(),
+            ingest: serde_json::to_value(ingest).unwrap_or_default(),
+            sources,
+        }
+    }
+}
+
+/// Writes snapshots atomically to one path.
+pub struct StatusWriter {
+    path: PathBuf,
+    temp: PathBuf,
+    text: String,
+}
+
+impl StatusWriter {
+    /// A writer for `path`.
+    pub fn new(path: PathBuf) -> Self {
+        let mut temp = path.clone().into_os_string();
+        temp.push(".tmp");
+        Self {
+            path,
+            temp: temp.into(),
+            text: String::new(),
+        }
+    }
+
+    /// Replaces the file with `snapshot`.
+    pub fn write(&mut self, snapshot: &AgentSnapshot) -> std::io::Result<()> {
+        self.text.clear();
+        self.text
+            .push_str(&serde_json::to_string_pretty(snapshot).map_err(std::io::Error::other)?);
+        std::fs::write(&self.temp, &self.text)?;
+        std::fs::rename(&self.temp, &self.path)
+    }
+}
+
+/// Everything `status` shows.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// False when the agent's snapshot is missing or stale.
+    pub agent_running: bool,
+    /// The agent's snapshot, if any.
+    pub agent: Option<AgentSnapshot>,
+    /// The queue's snapshot, if any.
+    pub queue: Option<QueueView>,
+    /// Problems reading either.
+    pub notes: Vec<String>,
+}
+
+/// The queue's snapshot in the form `status --json` prints.
+#[derive(Debug, Serialize)]
+pub struct QueueView {
+    /// When the queue wrote it (ms since the Unix epoch).
+    pub as_of_unix_ms: u64,
+    /// Queue epoch.
+    pub epoch: u64,
+    /// Database file size.
+    pub file_bytes: u64,
+    /// Configured budget.
+    pub budget_bytes: u64,
+    /// Seconds the queue can stay offline at current rates before it must evict.
+    pub offline_window_s: Option<f64>,
+    /// False while the store cannot be written.
+    pub store_available: bool,
+    /// Per tier, in priority order.
+    pub tiers: Vec<TierView>,
+}
+
+/// One tier of [`QueueView`].
+#[derive(Debug, Serialize)]
+pub struct TierView {
+    /// `safety`, `slo` or `debug`.
+    pub tier: &'static str,
+    /// Records stored.
+    pub records: u64,
+    /// Bytes stored.
+    pub bytes: u64,
+    /// Age of the oldest record.
+    pub oldest_age_s: Option<f64>,
+    /// Records evicted for space.
+    pub evicted: u64,
+    /// Records expired by age.
+    pub expired: u64,
+    /// Records that failed their checksum.
+    pub corrupt: u64,
+    /// Records refused while the disk was full.
+    pub disk_full: u64,
+    /// Smoothed append rate.
+    pub append_bytes_per_second: f64,
+}
+
+impl From<&QueueStatus> for QueueView {
+    fn from(status: &QueueStatus) -> Self {
+        let tier = |name, t: &edgewatch_queue::TierStatus| TierView {
+            tier: name,
+            records: t.records,
+            bytes: t.bytes,
+            oldest_age_s: t.oldest_age.map(|age| age.as_secs_f64()),
+            evicted: t.evicted,
+            expired: t.expired,
+            corrupt: t.corrupt,
+            disk_full: t.disk_full,
+            append_bytes_per_second: t.append_bytes_per_second,
+        };
+        Self {
+            as_of_unix_ms: status.as_of_unix_ms,
+            epoch: status.epoch,
+            file_bytes: status.file_bytes,
+            budget_bytes: status.budget_bytes,
+            offline_window_s: status.offline_window.map(|w| w.as_secs_f64()),
+            store_available: status.store_available,
+            tiers: vec![
+                tier("safety", &status.tiers.safety),
+                tier("slo", &status.tiers.slo),
+                tier("debug", &status.tiers.debug),
+            ],
+        }
+    }
+}
+
+/// Why `status` could not print.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Writing to stdout failed.
+    #[error("writing the status: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Reads both snapshots.
+pub fn read(config: &Config) -> Status {
+    let mut notes = Vec::new();
+    let agent = match read_agent(&config.status_file) {
+        Ok(snapshot) => Some(snapshot),
+        Err(error) => {
+            notes.push(format!(
+                "agent status {}: {error}",
+                config.status_file.display()
+            ));
+            None
+        }
+    };
+    let queue = match edgewatch_queue::read_snapshot(&config.queue.dir) {
+        Ok(status) => Some(QueueView::from(&status)),
+        Err(error) => {
+            notes.push(format!("queue status: {error}"));
+            None
+        }
+    };
+    let now = unix_ms(SystemTime::now());
+    let agent_running = agent.as_ref().is_some_and(|snapshot| {
+        now.saturating_sub(snapshot.as_of_unix_ms) <= STALE_AFTER.as_millis() as u64
+    });
+    if agent.is_some() && !agent_running {
+        notes.push("the agent's status is stale: the agent is not running".into());
+    }
+    Status {
+        agent_running,
+        agent,
+        queue,
+        notes,
+    }
+}
+
+fn read_agent(path: &Path) -> Result<AgentSnapshot, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
+    serde_json::from_str(&text).map_err(|error| error.to_string())
+}
+
+/// Renders the status as a table.
+pub fn render_text(status: &Status) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "agent: {}",
+        if status.agent_running {
+            "running"
+        } else {
+            "not running"
+        }
+    );
+    if let Some(agent) = &status.agent {
+        let _ = writeln!(
+            out,
+            "  pid {}  version {}  uptime {} s",
+            agent.pid, agent.version, agent.uptime_s
+        );
+        let uplink = &agent.uplink;
+        let _ = writeln!(
+            out,
+            "uplink: {}  last ack {}  backoff {}  refused {}  reconnects {}",
+            if uplink["connected"].as_bool() == Some(true) {
+                "connected"
+            } else {
+                "disconnected"
+            },
+            uplink["last_ack_unix_ms"]
+                .as_u64()
+                .map_or("never".to_owned(), |ms| format!(
+                    "{} s ago",
+                    unix_ms(SystemTime::now()).saturating_sub(ms) / 1000
+                )),
+            uplink["backoff_ms"]
+                .as_u64()
+                .map_or("-".to_owned(), |ms| format!("{ms} ms")),
+            uplink["refused"].as_u64().unwrap_or(0),
+            uplink["disconnects"].as_u64().unwrap_or(0),
+        );
+        let _ = writeln!(
+            out,
+            "ingest: accepted {}  rejected {}",
+            agent.ingest["accepted"].as_u64().unwrap_or(0),
+            agent.ingest["rejected"].as_u64().unwrap_or(0)
+        );
+        let _ = writeln!(out, "sources:");
+        if agent.sources.is_empty() {
+            let _ = writeln!(out, "  (none configured)");
+        }
+        for source in &agent.sources {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:<10} last sample {}",
+                source.name,
+                source.state,
+                source
+                    .last_sample_age_s
+                    .map_or("never".to_owned(), |age| format!("{age:.1} s ago"))
+            );
+        }
+    }
+    if let Some(queue) = &status.queue {
+        let _ = writeln!(
+            out,
+            "queue: epoch {:016x}  file {} bytes  budget {} bytes  offline window {}",
+            queue.epoch,
+            queue.file_bytes,
+            queue.budget_bytes,
+            queue
+                .offline_window_s
+                .map_or("unbounded".to_owned(), |w| format!("{:.1} h", w / 3600.0))
+        );
+        let _ = writeln!(
+            out,
+            "  {:<7} {:>9} {:>12} {:>11} {:>8} {:>8} {:>8}",
+            "tier", "records", "bytes", "oldest (s)", "evicted", "expired", "corrupt"
+        );
+        for tier in &queue.tiers {
+            let _ = writeln!(
+                out,
+                "  {:<7} {:>9} {:>12} {:>11} {:>8} {:>8} {:>8}",
+                tier.tier,
+                tier.records,
+                tier.bytes,
+                tier.oldest_age_s
+                    .map_or("-".to_owned(), |age| format!("{age:.0}")),
+                tier.evicted,
+                tier.expired,
+                tier.corrupt
+            );
+        }
+    }
+    for note in &status.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    out
+}

@@ -1,0 +1,261 @@
+//! Queue configuration: the fields with their units, named defaults, and validation.
+//!
+//! Invariants:
+//! - A [`ValidConfig`] exists only after [`QueueConfig::validate`] accepted every field and the
+//!   cross-field rules; the queue is built only from one.
+//! - No I/O here: the directory is only named, never touched.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::tiers::PerTier;
+
+/// redb page cache: enough for the B-tree's upper levels and the head and tail pages of each tier;
+/// queue access is sequential, so a larger cache buys nothing but RSS.
+pub const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// Total record bytes on disk: days of SLO counters and hours of debug samples on a Jetson's eMMC.
+pub const DEFAULT_BUDGET_BYTES: u64 = 512 * 1024 * 1024;
+/// Largest share of the budget each tier may hold (percent). Shares are caps and may add up to
+/// more than 100: when the total is over budget, debug goes first, then SLO, never safety.
+pub const DEFAULT_SHARE_PERCENT: PerTier<u8> = PerTier {
+    safety: 25,
+    slo: 60,
+    debug: 60,
+};
+/// Safety data is kept until it is delivered or its share is full.
+pub const DEFAULT_SAFETY_MAX_AGE: Option<Duration> = None;
+/// SLO counters are cumulative: older samples only add resolution once a month has passed.
+pub const DEFAULT_SLO_MAX_AGE: Option<Duration> = Some(Duration::from_secs(30 * 24 * 3600));
+/// Raw debug samples are worthless after a week.
+pub const DEFAULT_DEBUG_MAX_AGE: Option<Duration> = Some(Duration::from_secs(7 * 24 * 3600));
+/// Group commit of safety appends: the longest a safety event waits for its fsync.
+pub const DEFAULT_SAFETY_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
+/// Group commit of SLO and debug appends: at most this much of them is lost in a power cut.
+pub const DEFAULT_BULK_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Appends buffered in memory before an append flushes by itself.
+pub const DEFAULT_MAX_PENDING_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest encoded event accepted; well under a batch's 4 MiB decompressed limit.
+pub const DEFAULT_MAX_RECORD_BYTES: u32 = 256 * 1024;
+/// Safety events held in memory while the disk is full.
+pub const DEFAULT_SAFETY_HOLD_RECORDS: usize = PENDING_CAPACITY;
+/// Below this much offline window (at current rates) the queue raises `OfflineWindowLow`.
+pub const DEFAULT_OFFLINE_WINDOW_THRESHOLD: Option<Duration> = Some(Duration::from_secs(24 * 3600));
+/// Smoothing time constant of the append-rate estimate behind the offline window.
+pub const DEFAULT_RATE_TIME_CONSTANT: Duration = Duration::from_secs(15 * 60);
+/// How often the status snapshot file is rewritten (at a flush).
+pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a store that failed (disk full, I/O error) is reopened and retried.
+pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Verify every page at open: damage outside redb is found before it can hide records.
+pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
+
+/// Capacity of the in-memory index of appends not yet flushed (records, fixed in the type).
+pub const PENDING_CAPACITY: usize = 4096;
+/// Smallest budget accepted: room for the loss reports an eviction itself appends.
+pub const MIN_BUDGET_BYTES: u64 = 256 * 1024;
+
+/// Queue settings as the agent's configuration states them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueConfig {
+    /// Directory holding the database, the status snapshot and the quarantine folder.
+    pub dir: PathBuf,
+    /// redb page cache in bytes.
+    pub cache_bytes: u64,
+    /// Total bytes of stored records (key + value) over all tiers.
+    pub budget_bytes: u64,
+    /// Largest share of `budget_bytes` each tier may hold, in percent (1..=100 each).
+    pub share_percent: PerTier<u8>,
+    /// Records older than this (since append) are expired; `None` keeps them.
+    pub max_age: PerTier<Option<Duration>>,
+    /// Longest a safety append waits for its flush.
+    pub safety_flush_interval: Duration,
+    /// Longest an SLO or debug append waits for its flush.
+    pub bulk_flush_interval: Duration,
+    /// Buffered append bytes after which `append` flushes by itself.
+    pub max_pending_bytes: u64,
+    /// Largest encoded event accepted by `append`.
+    pub max_record_bytes: u32,
+    /// Safety events held in memory while the store cannot be written (at most
+    /// [`PENDING_CAPACITY`]); more are refused and counted.
+    pub safety_hold_records: usize,
+    /// Raise `OfflineWindowLow` below this window; `None` never raises it.
+    pub offline_window_threshold: Option<Duration>,
+    /// Time constant of the smoothed append rates.
+    pub rate_time_constant: Duration,
+    /// Interval between status snapshot writes.
+    pub status_interval: Duration,
+    /// Interval between attempts to reopen a failed store.
+    pub store_retry_interval: Duration,
+    /// Verify the checksum of every page when opening (reads the whole file once per start); a
+    /// store that fails is salvaged into a new epoch and quarantined.
+    pub verify_on_open: bool,
+}
+
+impl QueueConfig {
+    /// Defaults for a queue kept in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+            share_percent: DEFAULT_SHARE_PERCENT,
+            max_age: PerTier {
+                safety: DEFAULT_SAFETY_MAX_AGE,
+                slo: DEFAULT_SLO_MAX_AGE,
+                debug: DEFAULT_DEBUG_MAX_AGE,
+            },
+            safety_flush_interval: DEFAULT_SAFETY_FLUSH_INTERVAL,
+            bulk_flush_interval: DEFAULT_BULK_FLUSH_INTERVAL,
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            safety_hold_records: DEFAULT_SAFETY_HOLD_RECORDS,
+            offline_window_threshold: DEFAULT_OFFLINE_WINDOW_THRESHOLD,
+            rate_time_constant: DEFAULT_RATE_TIME_CONSTANT,
+            status_interval: DEFAULT_STATUS_INTERVAL,
+            store_retry_interval: DEFAULT_STORE_RETRY_INTERVAL,
+            verify_on_open: DEFAULT_VERIFY_ON_OPEN,
+        }
+    }
+
+    /// Checks every field and the rules between them.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
+        let bad = |key: &'static str, reason: &'static str| Err(ConfigError { key, reason });
+        if self.dir.as_os_str().is_empty() {
+            return bad("dir", "must name a directory");
+        }
+        if self.cache_bytes < 1024 * 1024 || self.cache_bytes > 1024 * 1024 * 1024 {
+            return bad("cache_bytes", "must be between 1 MiB and 1 GiB");
+        }
+        if self.budget_bytes < MIN_BUDGET_BYTES {
+            return bad("budget_bytes", "must be at least 256 KiB");
+        }
+        for (key, share) in [
+            ("share_percent.safety", self.share_percent.safety),
+            ("share_percent.slo", self.share_percent.slo),
+            ("share_percent.debug", self.share_percent.debug),
+        ] {
+            if share == 0 || share > 100 {
+                return bad(key, "must be between 1 and 100");
+            }
+        }
+        for (key, age) in [
+            ("max_age.safety", self.max_age.safety),
+            ("max_age.slo", self.max_age.slo),
+            ("max_age.debug", self.max_age.debug),
+        ] {
+            if age.is_some_and(|age| age < Duration::from_secs(1)) {
+                return bad(key, "must be at least one second");
+            }
+        }
+        if self.safety_flush_interval.is_zero()
+            || self.safety_flush_interval > self.bulk_flush_interval
+        {
+            return bad(
+                "safety_flush_interval",
+                "must be positive and no longer than bulk_flush_interval",
+            );
+        }
+        if self.bulk_flush_interval > Duration::from_secs(60) {
+            return bad("bulk_flush_interval", "must be at most 60 s");
+        }
+        if self.max_record_bytes < 64 || u64::from(self.max_record_bytes) > 4 * 1024 * 1024 {
+            return bad("max_record_bytes", "must be between 64 B and 4 MiB");
+        }
+        if self.max_pending_bytes < u64::from(self.max_record_bytes) * 2 {
+            return bad(
+                "max_pending_bytes",
+                "must hold at least two largest records",
+            );
+        }
+        if self.max_pending_bytes > self.budget_bytes {
+            return bad("max_pending_bytes", "must not exceed budget_bytes");
+        }
+        if self.safety_hold_records == 0 || self.safety_hold_records > PENDING_CAPACITY {
+            return bad("safety_hold_records", "must be between 1 and 4096");
+        }
+        if self.rate_time_constant < Duration::from_secs(1) {
+            return bad("rate_time_constant", "must be at least one second");
+        }
+        let smallest_share = self
+            .share_percent
+            .safety
+            .min(self.share_percent.slo)
+            .min(self.share_percent.debug);
+        if self.budget_bytes / 100 * u64::from(smallest_share)
+            < u64::from(self.max_record_bytes) + crate::queue::LOSS_RESERVE_BYTES
+        {
+            return bad(
+                "budget_bytes",
+                "every tier's share must hold its largest record and the loss reports",
+            );
+        }
+        Ok(ValidConfig(self))
+    }
+}
+
+/// A configuration that passed [`QueueConfig::validate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidConfig(QueueConfig);
+
+impl ValidConfig {
+    /// The validated settings.
+    pub fn get(&self) -> &QueueConfig {
+        &self.0
+    }
+
+    /// Bytes tier `ix` may hold.
+    pub(crate) fn cap(&self, ix: usize) -> u64 {
+        self.0.budget_bytes / 100 * u64::from(*self.0.share_percent.at(ix))
+    }
+}
+
+/// A configuration field was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("queue configuration `{key}` {reason}")]
+pub struct ConfigError {
+    /// The refused field, as named in the configuration.
+    pub key: &'static str,
+    /// What the field must be.
+    pub reason: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(QueueConfig::new("/tmp/q").validate().is_ok());
+    }
+
+    #[test]
+    fn a_zero_share_is_refused_and_named() {
+        let mut config = QueueConfig::new("/tmp/q");
+        config.share_percent.slo = 0;
+        assert_eq!(config.validate().unwrap_err().key, "share_percent.slo");
+    }
+
+    #[test]
+    fn a_safety_flush_slower_than_the_bulk_flush_is_refused() {
+        let mut config = QueueConfig::new("/tmp/q");
+        config.safety_flush_interval = Duration::from_secs(2);
+        assert_eq!(config.validate().unwrap_err().key, "safety_flush_interval");
+    }
+
+    #[test]
+    fn a_hold_buffer_larger_than_its_type_capacity_is_refused() {
+        let mut config = QueueConfig::new("/tmp/q");
+        config.safety_hold_records = PENDING_CAPACITY + 1;
+        assert_eq!(config.validate().unwrap_err().key, "safety_hold_records");
+    }
+
+    #[test]
+    fn a_budget_too_small_for_a_record_is_refused() {
+        let mut config = QueueConfig::new("/tmp/q");
+        config.budget_bytes = MIN_BUDGET_BYTES;
+        config.max_record_bytes = 64 * 1024;
+        config.max_pending_bytes = 128 * 1024;
+        assert_eq!(config.validate().unwrap_err().key, "budget_bytes");
+    }
+}

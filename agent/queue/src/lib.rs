@@ -1,0 +1,54 @@
+//! Priority-tiered event queue on disk: safety before SLO counters before debug, nothing lost
+//! silently. The on-disk format, the procedures and what a power cut can lose are described in
+//! `docs/queue.md`.
+//!
+//! Layout:
+//! - [`queue`]: [`Queue`], the I/O shell: append, flush (group commit), read in strict tier
+//!   order, acknowledge, requeue, status, compaction, quarantine.
+//! - [`config`]: [`QueueConfig`] with named defaults and validation.
+//! - [`record`]: the stored record (CRC32C, append time, the event with its `seq` spliced in).
+//! - [`window`]: pure logic for the offline window (smoothed rates, alarm hysteresis).
+//! - [`status`]: [`QueueStatus`] and the snapshot file another process reads.
+//! - `store`: the redb boundary; nothing else names the backend.
+//!
+//! Invariants:
+//! - An append is reported durable only after the store has flushed it.
+//! - Records leave the queue only when the broker acknowledged them, or by a counted eviction,
+//!   expiry or corruption, reported upstream as a `QueueLoss` event written in the same
+//!   transaction as the deletion.
+//! - Sequence numbers per tier never repeat within an epoch, across restarts; a store that will
+//!   not open is quarantined and replaced with a new epoch.
+//!
+//! ```no_run
+//! use std::time::SystemTime;
+//! use edgewatch_proto::v1::{Event, Tier};
+//! use edgewatch_queue::{BatchLimits, Queue, QueueConfig};
+//!
+//! let (mut queue, report) = Queue::open(QueueConfig::new("/var/lib/edgewatch/queue"), SystemTime::now())?;
+//! let seq = queue.append(Tier::Safety, &Event::default(), SystemTime::now())?;
+//! // On the agent's timer (≤ 10 ms while safety appends wait):
+//! let outcome = queue.flush(SystemTime::now())?;
+//! assert!(outcome.durable.safety >= seq);
+//! if let Some(batch) = queue.next_batch(BatchLimits::default())? {
+//!     let (tier, range) = (batch.tier(), batch.first_seq()..=batch.last_seq());
+//!     // ... publish, await PUBACK ...
+//!     queue.ack(tier, range, SystemTime::now());
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod config;
+pub mod error;
+pub mod queue;
+pub mod record;
+pub mod status;
+mod store;
+mod tiers;
+pub mod window;
+
+pub use config::{ConfigError, QueueConfig, ValidConfig};
+pub use error::{AppendError, FlushError, QueueError, ReadError};
+pub use queue::{BatchLimits, FlushOutcome, OpenReport, Quarantined, Queue, ReadBatch};
+pub use status::{QueueStatus, SnapshotError, TierStatus, read_snapshot};
+pub use store::LOSS_CAUSES;
+pub use tiers::{PerTier, TIERS};

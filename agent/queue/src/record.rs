@@ -1,0 +1,250 @@
+//! Stored record layout: a checksummed header followed by the protobuf `Event` with its `seq` set.
+//!
+//! ```text
+//! value = crc32c:u32 LE | appended_unix_ms:u64 LE | event
+//! event = 0x08 varint(seq) | the caller's fields other than field 1, in their order
+//! crc32c covers appended_unix_ms and event (every byte after the checksum)
+//! ```
+//!
+//! Invariants:
+//! - `event` is a complete protobuf `Event` whose first field is `seq`; the uplink splices it into
+//!   a batch without decoding.
+//! - A value is trusted only if its checksum matches and its leading `seq` equals its key.
+//! - Pure logic: no I/O, no clock.
+
+/// Bytes before the event: checksum and append time.
+pub const HEADER_LEN: usize = 12;
+/// Bytes a record costs beyond its value: the `u64` key.
+pub const KEY_LEN: u64 = 8;
+
+/// Protobuf tag of `Event.seq` (field 1, varint).
+const SEQ_TAG: u8 = 0x08;
+
+/// The event encoding is not a sequence of well-formed top-level protobuf fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("event encoding is malformed at byte {offset}")]
+pub struct MalformedEvent {
+    /// Offset of the first byte that could not be parsed.
+    pub offset: usize,
+}
+
+/// A stored value failed its checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptRecord {
+    /// Shorter than the header plus a `seq` field.
+    #[error("record is truncated")]
+    Truncated,
+    /// The CRC32C does not match the bytes.
+    #[error("record checksum does not match")]
+    Checksum,
+    /// The event's `seq` differs from the key it is stored under.
+    #[error("record seq does not match its key")]
+    SeqMismatch,
+}
+
+/// A record that passed its checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// Wall-clock time of the append, ms since the Unix epoch.
+    pub appended_unix_ms: u64,
+    /// The protobuf `Event`, `seq` first.
+    pub event: &'a [u8],
+}
+
+/// Appends one stored value to `out`: header, `seq`, then `event` without any field 1.
+///
+/// On error `out` is left as it was.
+pub fn encode(
+    out: &mut Vec<u8>,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+) -> Result<(), MalformedEvent> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&appended_unix_ms.to_le_bytes());
+    out.push(SEQ_TAG);
+    put_varint(out, seq);
+    let mut pos = 0;
+    while pos < event.len() {
+        let field_start = pos;
+        let skipped = skip_field(event, pos);
+        let Some((field, end)) = skipped else {
+            out.truncate(start);
+            return Err(MalformedEvent { offset: pos });
+        };
+        if field != 1 {
+            out.extend_from_slice(&event[field_start..end]);
+        }
+        pos = end;
+    }
+    let crc = crc32c::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// Checks a stored value read under key `seq`.
+pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
+    if value.len() < HEADER_LEN + 2 {
+        return Err(CorruptRecord::Truncated);
+    }
+    let (crc, rest) = value.split_at(4);
+    let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32c::crc32c(rest) != stored {
+        return Err(CorruptRecord::Checksum);
+    }
+    let event = &value[HEADER_LEN..];
+    if event[0] != SEQ_TAG {
+        return Err(CorruptRecord::SeqMismatch);
+    }
+    match read_varint(event, 1) {
+        Some((found, _)) if found == seq => Ok(RecordView {
+            appended_unix_ms: appended_unix_ms(value).unwrap_or(0),
+            event,
+        }),
+        _ => Err(CorruptRecord::SeqMismatch),
+    }
+}
+
+/// The append time in a stored value's header, without checking the checksum.
+pub fn appended_unix_ms(value: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = value.get(4..HEADER_LEN)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Reads a varint at `pos`; returns the value and the position after it.
+fn read_varint(bytes: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(pos)?;
+        pos += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some((value, pos));
+        }
+    }
+    None
+}
+
+/// Skips the top-level field at `pos`; returns its number and the position after it.
+fn skip_field(bytes: &[u8], pos: usize) -> Option<(u64, usize)> {
+    let (tag, pos) = read_varint(bytes, pos)?;
+    let field = tag >> 3;
+    if field == 0 || field > u64::from(u32::MAX >> 3) {
+        return None;
+    }
+    let end = match tag & 7 {
+        0 => read_varint(bytes, pos)?.1,
+        1 => pos.checked_add(8)?,
+        2 => {
+            let (len, pos) = read_varint(bytes, pos)?;
+            pos.checked_add(usize::try_from(len).ok()?)?
+        }
+        5 => pos.checked_add(4)?,
+        // Groups (3, 4) are not used by edgewatch.v1; 6 and 7 do not exist.
+        _ => return None,
+    };
+    (end <= bytes.len()).then_some((field, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgewatch_proto::v1::{CustomEvent, Event, event::Kind};
+    use prost::Message;
+
+    fn event(seq: u64) -> Event {
+        Event {
+            seq,
+            event_time_unix_ns: 1_700_000_000_000_000_000,
+            monotonic_ns: 42,
+            kind: Some(Kind::Custom(CustomEvent {
+                name: "door-open".into(),
+                attributes: vec![],
+            })),
+        }
+    }
+
+    #[test]
+    fn the_stored_event_decodes_with_the_queue_seq() {
+        let mut out = Vec::new();
+        encode(&mut out, 300, 7, &event(0).encode_to_vec()).unwrap();
+        let view = check(&out, 300).unwrap();
+        assert_eq!(view.appended_unix_ms, 7);
+        assert_eq!(Event::decode(view.event).unwrap(), event(300));
+    }
+
+    #[test]
+    fn a_seq_set_by_the_caller_is_replaced_not_duplicated() {
+        let mut out = Vec::new();
+        encode(&mut out, 5, 0, &event(99).encode_to_vec()).unwrap();
+        let view = check(&out, 5).unwrap();
+        assert_eq!(Event::decode(view.event).unwrap(), event(5));
+        assert_eq!(view.event, event(5).encode_to_vec().as_slice());
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_fails_the_check() {
+        let mut out = Vec::new();
+        encode(&mut out, 1, 9, &event(0).encode_to_vec()).unwrap();
+        for byte in 0..out.len() {
+            for bit in 0..8 {
+                let mut bad = out.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(check(&bad, 1).is_err(), "byte {byte} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_under_another_key_is_refused() {
+        let mut out = Vec::new();
+        encode(&mut out, 1, 9, &event(0).encode_to_vec()).unwrap();
+        assert_eq!(check(&out, 2), Err(CorruptRecord::SeqMismatch));
+    }
+
+    #[test]
+    fn truncated_and_malformed_encodings_are_refused_and_leave_the_buffer_alone() {
+        let mut out = vec![1, 2, 3];
+        let good = event(0).encode_to_vec();
+        assert!(encode(&mut out, 1, 0, &good[..good.len() - 1]).is_err());
+        assert!(encode(&mut out, 1, 0, &[0x00]).is_err());
+        assert!(encode(&mut out, 1, 0, &[0x0b]).is_err());
+        assert_eq!(out, vec![1, 2, 3]);
+        assert_eq!(check(&[0; 5], 1), Err(CorruptRecord::Truncated));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_stored_checked_or_refused_without_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            seq in proptest::num::u64::ANY,
+        ) {
+            let mut out = Vec::new();
+            match encode(&mut out, seq, 5, &bytes) {
+                Ok(()) => {
+                    let view = check(&out, seq).unwrap();
+                    proptest::prop_assert_eq!(view.appended_unix_ms, 5);
+                    proptest::prop_assert!(view.event.len() <= bytes.len() + 11);
+                }
+                Err(_) => proptest::prop_assert!(out.is_empty()),
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_event_is_stored_as_just_its_seq() {
+        let mut out = Vec::new();
+        encode(&mut out, u64::MAX, 0, &[]).unwrap();
+        let view = check(&out, u64::MAX).unwrap();
+        assert_eq!(Event::decode(view.event).unwrap().seq, u64::MAX);
+    }
+}

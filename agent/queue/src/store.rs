@@ -1,0 +1,467 @@
+//! The storage boundary: the only module that names redb. Everything the queue needs from a store
+//! is here (ordered `u64 → bytes` tables per tier, a small state record, one atomic durable write
+//! per flush, compaction), so the backend can change without touching the queue's logic.
+//!
+//! Invariants:
+//! - Every `write` commits with `Durability::Immediate`: when it returns `Ok`, the records, the
+//!   deletions and the state written in it survive a power cut; when it fails, none of it happened.
+//! - The state record (epoch, next sequence numbers, record and byte counts, loss totals) is
+//!   written in the same transaction as the records it describes.
+//! - redb errors are classified once, here: corruption, a full disk, other I/O, a held lock.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+
+use crate::record;
+use crate::tiers::PerTier;
+
+/// Version of the layout below; a store with another version is quarantined.
+pub const FORMAT_VERSION: u64 = 1;
+/// Loss causes are `LossCause` values `0..LOSS_CAUSES`.
+pub const LOSS_CAUSES: usize = 8;
+
+const TIER_TABLES: [TableDefinition<u64, &[u8]>; 3] = [
+    TableDefinition::new("tier.safety"),
+    TableDefinition::new("tier.slo"),
+    TableDefinition::new("tier.debug"),
+];
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const LOSSES: TableDefinition<u16, u64> = TableDefinition::new("losses");
+
+const META_FORMAT: &str = "format";
+const META_EPOCH: &str = "epoch";
+const META_NEXT_SEQ: [&str; 3] = ["next_seq.safety", "next_seq.slo", "next_seq.debug"];
+const META_RECORDS: [&str; 3] = ["records.safety", "records.slo", "records.debug"];
+const META_BYTES: [&str; 3] = ["bytes.safety", "bytes.slo", "bytes.debug"];
+
+/// Running loss totals, indexed `[tier][cause]`.
+pub type LossTotals = [[u64; LOSS_CAUSES]; 3];
+
+/// What the store remembers besides the records themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    /// Random id of this store, fixed at creation.
+    pub epoch: u64,
+    /// Next sequence number per tier (sequence numbers start at 1).
+    pub next_seq: PerTier<u64>,
+    /// Records stored per tier.
+    pub records: PerTier<u64>,
+    /// Bytes stored per tier (key + value).
+    pub bytes: PerTier<u64>,
+    /// Loss totals since the store was created.
+    pub losses: LossTotals,
+}
+
+impl Persisted {
+    /// Takes one record of `bytes` off tier `ix`'s counts (saturating: counts repaired at open
+    /// never make a deletion fail).
+    pub fn forget(&mut self, ix: usize, bytes: u64) {
+        let stored = self.bytes.at_mut(ix);
+        *stored = stored.saturating_sub(bytes);
+        let records = self.records.at_mut(ix);
+        *records = records.saturating_sub(1);
+    }
+
+    /// The state of a store just created.
+    pub fn fresh(epoch: u64) -> Self {
+        Self {
+            epoch,
+            next_seq: PerTier::all(1),
+            records: PerTier::default(),
+            bytes: PerTier::default(),
+            losses: [[0; LOSS_CAUSES]; 3],
+        }
+    }
+}
+
+/// A store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file is not a readable store of this format (bad header, failed page checksum,
+    /// missing or inconsistent state).
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+    /// The file system has no space left.
+    #[error("disk is full")]
+    DiskFull,
+    /// Another process has the store open.
+    #[error("store is open in another process")]
+    Locked,
+    /// Reading or writing the file failed otherwise.
+    #[error("store I/O failed: {0}")]
+    Io(String),
+}
+
+impl From<redb::Error> for StoreError {
+    fn from(error: redb::Error) -> Self {
+        match error {
+            redb::Error::Corrupted(reason) => Self::Corrupt(reason),
+            redb::Error::UpgradeRequired(version) => {
+                Self::Corrupt(format!("file format {version} needs an upgrade"))
+            }
+            redb::Error::RepairAborted => Self::Corrupt("repair aborted".into()),
+            redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => Self::Locked,
+            redb::Error::Io(error) if error.kind() == std::io::ErrorKind::StorageFull => {
+                Self::DiskFull
+            }
+            // A truncated or garbage file fails to read its header or pages.
+            redb::Error::Io(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                ) =>
+            {
+                Self::Corrupt(error.to_string())
+            }
+            redb::Error::TableTypeMismatch { .. }
+            | redb::Error::TableIsMultimap(_)
+            | redb::Error::TableIsNotMultimap(_)
+            | redb::Error::TypeDefinitionChanged { .. } => Self::Corrupt(error.to_string()),
+            other => Self::Io(other.to_string()),
+        }
+    }
+}
+
+macro_rules! from_redb {
+    ($($error:ty),*) => {$(
+        impl From<$error> for StoreError {
+            fn from(error: $error) -> Self {
+                redb::Error::from(error).into()
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::CompactionError,
+    redb::SetDurabilityError
+);
+
+/// A store's state as loaded and verified.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The state, with record and byte counts as found.
+    pub state: Persisted,
+    /// Records present but failing their checks: `(tier, seq)`.
+    pub corrupt: Vec<(usize, u64)>,
+    /// Records the state counted that the tables no longer hold.
+    pub unaccounted: PerTier<u64>,
+    /// Append time of the oldest intact record per tier.
+    pub oldest_unix_ms: PerTier<Option<u64>>,
+}
+
+/// An open store.
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens the store at `path`, creating an empty one when the file is missing or empty. A store
+    /// left by a crash is repaired here (redb walks the whole file: this is the recovery time).
+    pub fn open(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let mut builder = Database::builder();
+        builder.set_cache_size(usize::try_from(cache_bytes).unwrap_or(usize::MAX));
+        let db = builder.create(path)?;
+        Ok(Self { db })
+    }
+
+    /// Reads the state and verifies every record against it (checksum, key, count): a store
+    /// that was damaged outside redb can silently lose entries, and the only way to count them is
+    /// to compare what is there with what the state says. `None` for a store with no tables yet.
+    pub fn load(&self) -> Result<Option<Loaded>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let mut names = Vec::new();
+        for table in txn.list_tables()? {
+            names.push(table.name().to_owned());
+        }
+        if !names.iter().any(|name| name == META.name()) {
+            if names.is_empty() {
+                return Ok(None);
+            }
+            return Err(StoreError::Corrupt(format!(
+                "tables {names:?} without the queue's state"
+            )));
+        }
+        let meta = txn.open_table(META)?;
+        let get = |key: &str| -> Result<u64, StoreError> {
+            meta.get(key)?
+                .map(|value| value.value())
+                .ok_or_else(|| StoreError::Corrupt(format!("state `{key}` is missing")))
+        };
+        let format = get(META_FORMAT)?;
+        if format != FORMAT_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "format {format} is not {FORMAT_VERSION}"
+            )));
+        }
+        let mut state = Persisted::fresh(get(META_EPOCH)?);
+        for ix in 0..3 {
+            *state.next_seq.at_mut(ix) = get(META_NEXT_SEQ[ix])?.max(1);
+            *state.records.at_mut(ix) = get(META_RECORDS[ix])?;
+            *state.bytes.at_mut(ix) = get(META_BYTES[ix])?;
+        }
+        let losses = txn.open_table(LOSSES)?;
+        for entry in losses.iter()? {
+            let (key, total) = entry?;
+            let key = usize::from(key.value());
+            if let Some(slot) = state
+                .losses
+                .get_mut(key / LOSS_CAUSES)
+                .and_then(|row| row.get_mut(key % LOSS_CAUSES))
+            {
+                *slot = total.value();
+            }
+        }
+        let mut loaded = Loaded {
+            state,
+            corrupt: Vec::new(),
+            unaccounted: PerTier::default(),
+            oldest_unix_ms: PerTier::default(),
+        };
+        for (ix, definition) in TIER_TABLES.iter().enumerate() {
+            let table = match txn.open_table(*definition) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    *loaded.unaccounted.at_mut(ix) = *state.records.at(ix);
+                    *loaded.state.records.at_mut(ix) = 0;
+                    *loaded.state.bytes.at_mut(ix) = 0;
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let (mut records, mut bytes, mut last) = (0u64, 0u64, 0u64);
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (seq, value) = (key.value(), value.value());
+                records += 1;
+                bytes += record::KEY_LEN + value.len() as u64;
+                last = last.max(seq);
+                match record::check(value, seq) {
+                    Ok(view) => {
+                        loaded
+                            .oldest_unix_ms
+                            .at_mut(ix)
+                            .get_or_insert(view.appended_unix_ms);
+                    }
+                    Err(_) => loaded.corrupt.push((ix, seq)),
+                }
+            }
+            // Entries the state counts but the table no longer yields were lost to damage.
+            *loaded.unaccounted.at_mut(ix) = state.records.at(ix).saturating_sub(records);
+            *loaded.state.records.at_mut(ix) = records;
+            *loaded.state.bytes.at_mut(ix) = bytes;
+            let next = loaded.state.next_seq.at_mut(ix);
+            if last >= *next {
+                // Never hand out a stored sequence number again, whatever the state says.
+                *next = last + 1;
+            }
+        }
+        Ok(Some(loaded))
+    }
+
+    /// Visits the records of tier `ix` with `from <= seq < to`, in order, until `visit` returns
+    /// false. A panic inside the store (a damaged page it did not detect) is reported as
+    /// corruption, never propagated.
+    pub fn read(
+        &self,
+        ix: usize,
+        from: u64,
+        to: u64,
+        visit: impl FnMut(u64, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        contain_panic(AssertUnwindSafe(|| self.read_inner(ix, from, to, visit)))
+    }
+
+    fn read_inner(
+        &self,
+        ix: usize,
+        from: u64,
+        to: u64,
+        mut visit: impl FnMut(u64, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = match txn.open_table(TIER_TABLES[ix]) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        for entry in table.range(from..to)? {
+            let (key, value) = entry?;
+            if !visit(key.value(), value.value()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `work` in one write transaction and commits it durably. Nothing of it persists if
+    /// `work` or the commit fails. A panic inside the store is reported as corruption.
+    pub fn write<R>(
+        &self,
+        work: impl FnOnce(&StoreTx<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        contain_panic(AssertUnwindSafe(|| self.write_inner(work)))
+    }
+
+    fn write_inner<R>(
+        &self,
+        work: impl FnOnce(&StoreTx<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        let result = work(&StoreTx { txn: &txn });
+        match result {
+            Ok(value) => {
+                txn.commit()?;
+                Ok(value)
+            }
+            Err(error) => {
+                // The abort's own error adds nothing to the one that made us abort.
+                let _ = txn.abort();
+                Err(error)
+            }
+        }
+    }
+
+    /// Verifies the checksum of every page of the committed trees (reads the whole file). False if
+    /// the file was damaged and redb repaired it (possibly by falling back to an older commit).
+    pub fn verify(&mut self) -> Result<bool, StoreError> {
+        Ok(self.db.check_integrity()?)
+    }
+
+    /// Rewrites the file without its free pages; true if it shrank.
+    pub fn compact(&mut self) -> Result<bool, StoreError> {
+        Ok(self.db.compact()?)
+    }
+}
+
+/// Runs `f`, turning a panic into `StoreError::Corrupt`: redb panics only on a file it cannot
+/// make sense of, and the queue answers corruption by quarantine, never by a crash loop.
+pub fn contain_panic<R>(
+    f: AssertUnwindSafe<impl FnOnce() -> Result<R, StoreError>>,
+) -> Result<R, StoreError> {
+    match catch_unwind(f) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            Err(StoreError::Corrupt(format!("store panicked: {message}")))
+        }
+    }
+}
+
+/// A write transaction in progress.
+pub struct StoreTx<'a> {
+    txn: &'a redb::WriteTransaction,
+}
+
+impl StoreTx<'_> {
+    /// The records table of tier `ix`. Only one may be open at a time.
+    pub fn tier(&self, ix: usize) -> Result<TierTable<'_>, StoreError> {
+        Ok(TierTable {
+            table: self.txn.open_table(TIER_TABLES[ix])?,
+        })
+    }
+
+    /// Writes the state record.
+    pub fn put_state(&self, state: &Persisted) -> Result<(), StoreError> {
+        let mut meta = self.txn.open_table(META)?;
+        meta.insert(META_FORMAT, FORMAT_VERSION)?;
+        meta.insert(META_EPOCH, state.epoch)?;
+        for ix in 0..3 {
+            meta.insert(META_NEXT_SEQ[ix], *state.next_seq.at(ix))?;
+            meta.insert(META_RECORDS[ix], *state.records.at(ix))?;
+            meta.insert(META_BYTES[ix], *state.bytes.at(ix))?;
+        }
+        drop(meta);
+        let mut losses = self.txn.open_table(LOSSES)?;
+        for (tier, row) in state.losses.iter().enumerate() {
+            for (cause, total) in row.iter().enumerate() {
+                if *total > 0 {
+                    losses.insert((tier * LOSS_CAUSES + cause) as u16, *total)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One tier's records inside a write transaction.
+pub struct TierTable<'t> {
+    table: redb::Table<'t, u64, &'static [u8]>,
+}
+
+/// A record removed from a tier: its key and stored bytes (key + value).
+#[derive(Clone, Copy, Debug)]
+pub struct Removed {
+    pub seq: u64,
+    pub bytes: u64,
+}
+
+impl TierTable<'_> {
+    /// Stores `value` under `seq`; returns the bytes of a record it replaced.
+    pub fn insert(&mut self, seq: u64, value: &[u8]) -> Result<Option<u64>, StoreError> {
+        let old = self.table.insert(seq, value)?;
+        Ok(old.map(|old| record::KEY_LEN + old.value().len() as u64))
+    }
+
+    /// Removes the records with `first <= seq <= last`, calling `removed` for each.
+    pub fn remove_range(
+        &mut self,
+        first: u64,
+        last: u64,
+        mut removed: impl FnMut(Removed),
+    ) -> Result<(), StoreError> {
+        for entry in self.table.extract_from_if(first..=last, |_, _| true)? {
+            let (key, value) = entry?;
+            let value = value.value();
+            removed(Removed {
+                seq: key.value(),
+                bytes: record::KEY_LEN + value.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes and describes the oldest record.
+    pub fn pop_oldest(&mut self) -> Result<Option<Removed>, StoreError> {
+        Ok(self.table.pop_first()?.map(|(key, value)| {
+            let value = value.value();
+            Removed {
+                seq: key.value(),
+                bytes: record::KEY_LEN + value.len() as u64,
+            }
+        }))
+    }
+
+    /// Sequence number and append time of the oldest record.
+    pub fn peek_oldest(&self) -> Result<Option<(u64, u64)>, StoreError> {
+        Ok(self.table.first()?.map(|(key, value)| {
+            (
+                key.value(),
+                record::appended_unix_ms(value.value()).unwrap_or(0),
+            )
+        }))
+    }
+}
+
+impl Loaded {
+    /// A just-created store: nothing to verify.
+    pub fn fresh(state: Persisted) -> Self {
+        Self {
+            state,
+            corrupt: Vec::new(),
+            unaccounted: PerTier::default(),
+            oldest_unix_ms: PerTier::default(),
+        }
+    }
+}

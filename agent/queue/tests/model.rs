@@ -1,0 +1,435 @@
+//! Model-based tests: random append / read / ack / requeue / flush / restart / crash actions run
+//! against the real queue (real redb files) and against a plain in-memory model, which keeps
+//! only what was flushed when the queue crashes. Every batch, every durable report and every
+//! record count must match.
+//!
+//! A second property runs the same actions with a budget small enough to evict and age limits
+//! short enough to expire, and checks conservation instead of equality: every record ever made
+//! durable is still there, was acknowledged, or is counted as lost.
+//!
+//! `PROPTEST_CASES=N` runs more cases (default 48 each).
+#![allow(clippy::unwrap_used)]
+// Test code: a failed unwrap is a failed test.
+// A tier index addresses the model's arrays and `TIERS` alike.
+#![allow(clippy::needless_range_loop)]
+
+mod util;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use edgewatch_proto::v1::Event;
+use edgewatch_queue::{BatchLimits, Queue, QueueConfig, TIERS};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use prost::Message;
+use util::*;
+
+#[derive(Clone, Debug)]
+enum Action {
+    Append {
+        tier: usize,
+        pad: usize,
+    },
+    Flush,
+    Read {
+        max_records: usize,
+        max_bytes: usize,
+    },
+    Ack {
+        tier: usize,
+        from_back: u64,
+        len: u64,
+    },
+    AckLastBatch,
+    Requeue,
+    Restart,
+    Crash,
+    Wait {
+        ms: u64,
+    },
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        8 => (0..3usize, 0..300usize).prop_map(|(tier, pad)| Action::Append { tier, pad }),
+        3 => Just(Action::Flush),
+        4 => (1..8usize, 1..3000usize)
+            .prop_map(|(max_records, max_bytes)| Action::Read { max_records, max_bytes }),
+        2 => (0..3usize, 0..30u64, 0..10u64)
+            .prop_map(|(tier, from_back, len)| Action::Ack { tier, from_back, len }),
+        2 => Just(Action::AckLastBatch),
+        1 => Just(Action::Requeue),
+        1 => Just(Action::Restart),
+        1 => Just(Action::Crash),
+        1 => (1..5000u64).prop_map(|ms| Action::Wait { ms }),
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(48)
+}
+
+/// The plain model: what is durable, what waits for a flush, what was handed out.
+#[derive(Default)]
+struct Model {
+    durable: [BTreeMap<u64, String>; 3],
+    pending: Vec<(usize, u64, String)>,
+    durable_next: [u64; 3],
+    next: [u64; 3],
+    acks: Vec<(usize, u64, u64)>,
+    cursor: [u64; 3],
+}
+
+impl Model {
+    fn new() -> Self {
+        Self {
+            durable_next: [1; 3],
+            next: [1; 3],
+            ..Self::default()
+        }
+    }
+
+    fn acked(&self, tier: usize, seq: u64) -> bool {
+        self.acks
+            .iter()
+            .any(|&(t, first, last)| t == tier && (first..=last).contains(&seq))
+    }
+
+    fn flush(&mut self) {
+        for (tier, seq, name) in self.pending.drain(..) {
+            self.durable[tier].insert(seq, name);
+        }
+        for &(tier, first, last) in &self.acks {
+            self.durable[tier].retain(|seq, _| !(first..=last).contains(seq));
+        }
+        self.acks.clear();
+        self.durable_next = self.next;
+    }
+
+    fn crash(&mut self) {
+        self.pending.clear();
+        self.acks.clear();
+        self.next = self.durable_next;
+        self.cursor = [0; 3];
+    }
+
+    fn ack(&mut self, tier: usize, first: u64, last: u64) {
+        let last = last.min(self.durable_next[tier] - 1);
+        if first <= last {
+            self.acks.push((tier, first, last));
+        }
+    }
+
+    /// The batch the queue must hand out: `(tier, [(seq, name)])`.
+    fn read(
+        &mut self,
+        limits: BatchLimits,
+        pads: &BTreeMap<String, usize>,
+    ) -> Option<(usize, Vec<(u64, String)>)> {
+        for tier in 0..3 {
+            let end = self.durable_next[tier];
+            if self.cursor[tier] >= end {
+                continue;
+            }
+            let mut batch: Vec<(u64, String)> = Vec::new();
+            let mut bytes = 0;
+            let mut stopped_at = None;
+            for (&seq, name) in self.durable[tier].range(self.cursor[tier]..end) {
+                if self.acked(tier, seq) {
+                    continue;
+                }
+                let mut event = named_event(name, pads[name]);
+                event.seq = seq;
+                let len = event.encoded_len();
+                if !batch.is_empty()
+                    && (batch.len() >= limits.max_records || bytes + len > limits.max_bytes)
+                {
+                    stopped_at = Some(seq);
+                    break;
+                }
+                bytes += len;
+                batch.push((seq, name.clone()));
+            }
+            self.cursor[tier] = stopped_at.unwrap_or(end);
+            if !batch.is_empty() {
+                return Some((tier, batch));
+            }
+        }
+        None
+    }
+}
+
+fn open(config: &QueueConfig, now_ms: u64) -> Queue {
+    Queue::open(config.clone(), at_ms(now_ms)).unwrap().0
+}
+
+fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseError> {
+    let config = roomy_config(dir);
+    let mut queue = open(&config, 0);
+    let mut model = Model::new();
+    let mut pads = BTreeMap::new();
+    let mut last_batch: Option<(usize, u64, u64)> = None;
+    let mut now = 1u64;
+    for (step, action) in actions.into_iter().enumerate() {
+        now += 1;
+        match action {
+            Action::Append { tier, pad } => {
+                let name = format!("e{step}");
+                pads.insert(name.clone(), pad);
+                let seq = queue
+                    .append(TIERS[tier], &named_event(&name, pad), at_ms(now))
+                    .unwrap();
+                prop_assert_eq!(seq, model.next[tier]);
+                model.next[tier] += 1;
+                model.pending.push((tier, seq, name));
+            }
+            Action::Flush => {
+                let outcome = queue.flush(at_ms(now)).unwrap();
+                model.flush();
+                for tier in 0..3 {
+                    prop_assert_eq!(
+                        *outcome.durable.get(TIERS[tier]).unwrap(),
+                        model.durable_next[tier] - 1
+                    );
+                }
+                let status = queue.status(at_ms(now));
+                for (tier, t) in status.tiers.iter() {
+                    let ix = tier as usize - 1;
+                    prop_assert_eq!(t.records, model.durable[ix].len() as u64);
+                }
+            }
+            Action::Read {
+                max_records,
+                max_bytes,
+            } => {
+                let limits = BatchLimits {
+                    max_records,
+                    max_bytes,
+                };
+                let expected = model.read(limits, &pads);
+                let got = queue.next_batch(limits).unwrap().map(|batch| {
+                    let tier = batch.tier() as usize - 1;
+                    let records: Vec<(u64, String)> = batch
+                        .records()
+                        .map(|(seq, bytes)| {
+                            let event = Event::decode(bytes).unwrap();
+                            assert_eq!(event.seq, seq);
+                            (seq, name_of(&event).unwrap().to_owned())
+                        })
+                        .collect();
+                    (tier, records)
+                });
+                prop_assert_eq!(&got, &expected);
+                last_batch =
+                    got.map(|(tier, records)| (tier, records[0].0, records[records.len() - 1].0));
+            }
+            Action::Ack {
+                tier,
+                from_back,
+                len,
+            } => {
+                let first = model.durable_next[tier].saturating_sub(from_back).max(1);
+                let last = first + len;
+                queue.ack(TIERS[tier], first..=last, at_ms(now));
+                model.ack(tier, first, last);
+            }
+            Action::AckLastBatch => {
+                if let Some((tier, first, last)) = last_batch.take() {
+                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    model.ack(tier, first, last);
+                }
+            }
+            Action::Requeue => {
+                queue.requeue_unacked();
+                model.cursor = [0; 3];
+            }
+            Action::Restart => {
+                queue.flush(at_ms(now)).unwrap();
+                model.flush();
+                drop(queue);
+                model.crash();
+                queue = open(&config, now);
+                last_batch = None;
+            }
+            Action::Crash => {
+                drop(queue);
+                model.crash();
+                queue = open(&config, now);
+                last_batch = None;
+            }
+            Action::Wait { ms } => now += ms,
+        }
+        for tier in 0..3 {
+            prop_assert_eq!(queue.durable_seq(TIERS[tier]), model.durable_next[tier] - 1);
+        }
+    }
+    // Finally everything durable and not acknowledged is read back exactly.
+    queue.flush(at_ms(now + 1)).unwrap();
+    model.flush();
+    let all = read_everything(&mut queue);
+    let expected: BTreeSet<(usize, u64, String)> = (0..3)
+        .flat_map(|tier| {
+            model.durable[tier]
+                .iter()
+                .map(move |(seq, name)| (tier, *seq, name.clone()))
+        })
+        .collect();
+    let got: BTreeSet<(usize, u64, String)> = all
+        .iter()
+        .map(|((tier, seq), event)| (*tier as usize - 1, *seq, name_of(event).unwrap().to_owned()))
+        .collect();
+    let differ: Vec<_> = got.symmetric_difference(&expected).take(5).collect();
+    prop_assert!(
+        differ.is_empty(),
+        "{} records read back, {} expected; first differences: {:?}",
+        got.len(),
+        expected.len(),
+        differ
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        // Relative to the package root, where cargo runs tests.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/model.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_queue_behaves_like_the_model_through_restarts_and_crashes(
+        actions in proptest::collection::vec(action(), 1..80)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        run_against_model(dir.path(), actions)?;
+    }
+
+    #[test]
+    fn with_evictions_and_expiry_every_durable_record_is_kept_acked_or_counted(
+        actions in proptest::collection::vec(action(), 1..120)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        run_conservation(dir.path(), actions)?;
+    }
+}
+
+/// Small budget and short debug age: the queue evicts and expires. Tracks what was made durable
+/// and checks, after every flush, restart and crash, that each such record is present with its
+/// content, or was acknowledged, or that the tier's loss counters cover it.
+fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseError> {
+    let mut config = roomy_config(dir);
+    config.budget_bytes = 256 * 1024;
+    config.max_pending_bytes = 32 * 1024;
+    config.max_record_bytes = 1024;
+    config.share_percent.safety = 10;
+    config.share_percent.slo = 40;
+    config.share_percent.debug = 60;
+    config.max_age.debug = Some(Duration::from_secs(20));
+    let mut queue = open(&config, 0);
+    let mut durable: [BTreeMap<u64, String>; 3] = Default::default();
+    let mut pending: Vec<(usize, u64, String)> = Vec::new();
+    let mut acked: Vec<(usize, u64, u64)> = Vec::new();
+    let mut last_batch: Option<(usize, u64, u64)> = None;
+    let mut now = 1u64;
+    let check = |queue: &mut Queue,
+                 durable: &[BTreeMap<u64, String>; 3],
+                 acked: &[(usize, u64, u64)],
+                 now: u64|
+     -> Result<(), TestCaseError> {
+        let all = read_everything(queue);
+        let status = queue.status(at_ms(now));
+        for tier in 0..3 {
+            let t = status.tiers.get(TIERS[tier]).unwrap();
+            let mut missing = 0;
+            for (seq, name) in &durable[tier] {
+                match all.get(&(TIERS[tier], *seq)) {
+                    Some(event) => prop_assert_eq!(name_of(event), Some(name.as_str())),
+                    None => {
+                        if !acked
+                            .iter()
+                            .any(|&(a, f, l)| a == tier && (f..=l).contains(seq))
+                        {
+                            missing += 1;
+                        }
+                    }
+                }
+            }
+            prop_assert!(
+                missing <= t.evicted + t.expired + t.corrupt,
+                "tier {} lost {} records silently (counted {})",
+                tier,
+                missing,
+                t.evicted + t.expired + t.corrupt
+            );
+            prop_assert!(t.bytes <= t.cap_bytes);
+        }
+        let total: u64 = status.tiers.iter().map(|(_, t)| t.bytes).sum();
+        prop_assert!(total <= status.budget_bytes);
+        Ok(())
+    };
+    for (step, action) in actions.into_iter().enumerate() {
+        now += 1;
+        match action {
+            Action::Append { tier, pad } => {
+                let name = format!("e{step}");
+                let seq = queue
+                    .append(TIERS[tier], &named_event(&name, pad * 3), at_ms(now))
+                    .unwrap();
+                pending.push((tier, seq, name));
+            }
+            Action::Flush | Action::Restart => {
+                let outcome = queue.flush(at_ms(now)).unwrap();
+                for (tier, seq, name) in pending.drain(..) {
+                    prop_assert!(seq <= *outcome.durable.get(TIERS[tier]).unwrap());
+                    durable[tier].insert(seq, name);
+                }
+                if matches!(action, Action::Restart) {
+                    drop(queue);
+                    queue = open(&config, now);
+                    last_batch = None;
+                }
+                check(&mut queue, &durable, &acked, now)?;
+            }
+            Action::Crash => {
+                drop(queue);
+                pending.clear();
+                queue = open(&config, now);
+                last_batch = None;
+                check(&mut queue, &durable, &acked, now)?;
+            }
+            Action::Read {
+                max_records,
+                max_bytes,
+            } => {
+                let limits = BatchLimits {
+                    max_records,
+                    max_bytes,
+                };
+                last_batch = queue.next_batch(limits).unwrap().map(|batch| {
+                    (
+                        batch.tier() as usize - 1,
+                        batch.first_seq(),
+                        batch.last_seq(),
+                    )
+                });
+            }
+            Action::Ack { .. } | Action::AckLastBatch => {
+                if let Some((tier, first, last)) = last_batch.take() {
+                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    acked.push((tier, first, last));
+                }
+            }
+            Action::Requeue => queue.requeue_unacked(),
+            Action::Wait { ms } => now += ms * 4,
+        }
+    }
+    Ok(())
+}
