@@ -9,6 +9,7 @@
 //! - [`proxy`]: a fault-injecting TCP proxy (pass, blackhole, reset, delay, throttle), switchable
 //!   while connections are open, with byte counters.
 //! - [`mqtt`]: small MQTT v5 client helpers for tests.
+//! - [`prometheus`]: a real Prometheus with the remote-write receiver and an out-of-order window.
 //! - [`net`]: ephemeral ports and readiness waits.
 //! - [`binaries`]: other workspace crates' binaries, built on demand, for process-level tests.
 //!
@@ -22,6 +23,7 @@ pub mod mosquitto;
 pub mod mqtt;
 pub mod net;
 pub mod pki;
+pub mod prometheus;
 pub mod proxy;
 
 /// Why a harness component could not be started or used.

@@ -70,8 +70,12 @@ pub struct UplinkStats {
     pub batches_acked: u64,
     /// Events acknowledged.
     pub events_acked: u64,
-    /// Payload bytes acknowledged.
+    /// Event bytes (protobuf, before compression) acknowledged.
     pub payload_bytes_acked: u64,
+    /// Event bytes acknowledged per tier (safety, slo, debug), before compression.
+    pub event_bytes_acked_by_tier: [u64; 3],
+    /// Payload bytes acknowledged per tier, as sent (compressed batches).
+    pub wire_bytes_acked_by_tier: [u64; 3],
     /// Publishes the broker refused (PUBACK with an error reason).
     pub refused: u64,
     /// The last refusal, as text.
@@ -91,6 +95,7 @@ enum Sent {
         last: u64,
         events: u64,
         bytes: u64,
+        wire_bytes: u64,
     },
     Status,
 }
@@ -410,6 +415,7 @@ impl Uplink {
             last: batch.last_seq(),
             events: batch.len() as u64,
             bytes: batch.event_bytes() as u64,
+            wire_bytes: 0,
         };
         let result = self.encoder.encode_spliced(
             &self.header,
@@ -418,7 +424,13 @@ impl Uplink {
             &mut self.payload,
         );
         match result {
-            Ok(()) => Some(sent),
+            Ok(()) => {
+                let mut sent = sent;
+                if let Sent::Batch { wire_bytes, .. } = &mut sent {
+                    *wire_bytes = self.payload.len() as u64;
+                }
+                Some(sent)
+            }
             Err(error) => {
                 // Only a record too large for any batch gets here; the queue limits record size
                 // so that it cannot happen with a valid configuration.
@@ -516,6 +528,7 @@ impl Uplink {
             last,
             events,
             bytes,
+            wire_bytes,
         } = sent
         else {
             return None;
@@ -529,6 +542,8 @@ impl Uplink {
                 stats.batches_acked += 1;
                 stats.events_acked += events;
                 stats.payload_bytes_acked += bytes;
+                stats.event_bytes_acked_by_tier[tier_index(tier)] += bytes;
+                stats.wire_bytes_acked_by_tier[tier_index(tier)] += wire_bytes;
                 None
             }
             PubAckReason::NoMatchingSubscribers if self.config.retry_when_no_subscribers => {

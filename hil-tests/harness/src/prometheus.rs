@@ -1,0 +1,184 @@
+//! A real Prometheus server on an ephemeral loopback port, with the remote-write receiver enabled
+//! and an out-of-order window, for tests that write samples days old.
+//!
+//! Invariants:
+//! - Listens on 127.0.0.1 only; its TSDB lives in a temporary directory; the process is killed and
+//!   reaped when the handle drops.
+//! - `start` returns only once `/-/ready` answers 200.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::net::{find_program, free_port, loopback};
+use crate::{HarnessError, Result};
+
+/// How long to wait for `/-/ready`.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Options for the server.
+#[derive(Debug, Clone)]
+pub struct PrometheusOptions {
+    /// `storage.tsdb.out_of_order_time_window`, e.g. "30d" (at least the age of the oldest sample
+    /// the test writes).
+    pub out_of_order_window: String,
+    /// `--storage.tsdb.retention.time`.
+    pub retention: String,
+}
+
+impl Default for PrometheusOptions {
+    fn default() -> Self {
+        Self {
+            out_of_order_window: "30d".into(),
+            retention: "90d".into(),
+        }
+    }
+}
+
+/// A running Prometheus.
+pub struct Prometheus {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Starts a server with the default options (30 d out-of-order window).
+    pub fn start() -> Result<Self> {
+        Self::start_with(PrometheusOptions::default())
+    }
+
+    /// Starts a server with `options`.
+    pub fn start_with(options: PrometheusOptions) -> Result<Self> {
+        let program = find_program("prometheus", "EDGEWATCH_PROMETHEUS", "prometheus")?;
+        let dir = tempfile::Builder::new()
+            .prefix("edgewatch-prometheus-")
+            .tempdir()
+            .map_err(HarnessError::io("creating the Prometheus directory"))?;
+        let config_file = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config_file,
+            format!(
+                "global:\n  scrape_interval: 1m\nstorage:\n  tsdb:\n    out_of_order_time_window: {}\n",
+                options.out_of_order_window
+            ),
+        )
+        .map_err(HarnessError::io("writing prometheus.yml"))?;
+        let mut last_error = None;
+        // The ephemeral port may be taken before Prometheus binds it: try a few.
+        for _attempt in 0..5 {
+            let port = free_port()?;
+            match spawn(&program, &config_file, dir.path(), port, &options) {
+                Ok(child) => {
+                    return Ok(Self {
+                        child: Some(child),
+                        port,
+                        dir,
+                    });
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| HarnessError::Config("no attempt made".into())))
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The remote-write endpoint, `http://127.0.0.1:<port>/api/v1/write`.
+    pub fn remote_write_url(&self) -> String {
+        format!("{}/api/v1/write", self.base_url())
+    }
+
+    /// The server's directory (config, TSDB, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's log, for diagnostics.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn(
+    program: &Path,
+    config_file: &Path,
+    dir: &Path,
+    port: u16,
+    options: &PrometheusOptions,
+) -> Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("prometheus.log"))
+        .map_err(HarnessError::io("opening the Prometheus log"))?;
+    let log_err = log
+        .try_clone()
+        .map_err(HarnessError::io("cloning the Prometheus log handle"))?;
+    let tsdb: PathBuf = dir.join("data");
+    let mut child = Command::new(program)
+        .arg(format!("--config.file={}", config_file.display()))
+        .arg(format!("--storage.tsdb.path={}", tsdb.display()))
+        .arg(format!(
+            "--storage.tsdb.retention.time={}",
+            options.retention
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--web.enable-remote-write-receiver")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(HarnessError::io(format!("starting {}", program.display())))?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if http_status(loopback(port), "/-/ready") == Some(200) {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    Err(HarnessError::NotReady {
+        what: format!("prometheus on 127.0.0.1:{port}"),
+        seconds: READY_TIMEOUT.as_secs(),
+        detail: format!(
+            "; log:\n{}",
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        ),
+    })
+}
+
+/// Status code of `GET path` over plain HTTP/1.0, or `None` if nothing answered.
+fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}

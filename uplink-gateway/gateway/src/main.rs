@@ -1,0 +1,310 @@
+//! `edgewatch-gateway`: the uplink gateway's command line.
+//!
+//! Subcommands:
+//! - `run`: the service (MQTT in, embedded store and optional remote-write out);
+//! - `report`: SLO report (and cost report when `[prices]` is set) from raw samples of the
+//!   embedded store or, with `--prometheus`, of a Prometheus query API;
+//! - `rules`: the SLO catalog as Prometheus recording and alerting rules;
+//! - `export-focus`: FOCUS CSV rows of a cost period, with corrections for days already exported;
+//! - `check-config`: validate a configuration file and print what it resolves to.
+//!
+//! Exit status 64 for a bad configuration or argument (the message names the key), 1 for other
+//! failures.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use edgewatch_gateway::config::{Config, ConfigError};
+use edgewatch_gateway::run::now_ns;
+use edgewatch_gateway::source::Source;
+use edgewatch_gateway::store::Store;
+use edgewatch_slo::{MS_PER_DAY, Period};
+
+/// Exit status for a bad configuration or argument (sysexits `EX_USAGE`).
+const EXIT_CONFIG: u8 = 64;
+
+/// Days in the default cost period (whole UTC days ending at today's midnight).
+const DEFAULT_COST_DAYS: i64 = 30;
+
+#[derive(Parser)]
+#[command(
+    name = "edgewatch-gateway",
+    version,
+    about = "edgewatch uplink gateway"
+)]
+struct Cli {
+    /// Configuration file (TOML).
+    #[arg(
+        long,
+        short,
+        global = true,
+        default_value = "/etc/edgewatch/gateway.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct PeriodArgs {
+    /// First UTC day of the cost period (YYYY-MM-DD, inclusive); default: 30 days before `--to`.
+    #[arg(long)]
+    from: Option<String>,
+    /// UTC day after the cost period (YYYY-MM-DD, exclusive); default: today.
+    #[arg(long)]
+    to: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway: subscribe, validate, de-duplicate, store, acknowledge.
+    Run,
+    /// Validate the configuration file and print the resolved settings.
+    CheckConfig,
+    /// SLO report (and cost report when [prices] is configured) from raw samples.
+    Report {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Read samples from this Prometheus (e.g. http://127.0.0.1:9090) instead of the store.
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<String>,
+        /// Evaluation time (RFC 3339 UTC); default: now.
+        #[arg(long)]
+        at: Option<String>,
+        #[command(flatten)]
+        period: PeriodArgs,
+    },
+    /// Print the SLO catalog as Prometheus recording and alerting rules (YAML).
+    Rules,
+    /// Write FOCUS CSV rows for a cost period (needs [prices]).
+    ExportFocus {
+        /// Read samples from this Prometheus instead of the store.
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<String>,
+        /// FOCUS CSV file: rows already in it count as exported; new rows and corrections are
+        /// appended. Default: print the new rows to stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also write the companion table of autonomous machine-hours (the KPI denominator).
+        #[arg(long)]
+        autonomy_out: Option<PathBuf>,
+        #[command(flatten)]
+        period: PeriodArgs,
+    },
+}
+
+/// A configuration or argument problem: exit 64.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct UsageError(#[from] ConfigError);
+
+fn usage(key: &str, message: impl Into<String>) -> anyhow::Error {
+    UsageError(ConfigError {
+        key: key.into(),
+        message: message.into(),
+    })
+    .into()
+}
+
+fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+        key: "--config".into(),
+        message: format!("cannot read {}: {error}", path.display()),
+    })?;
+    Config::from_toml(&text)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match load(&cli.config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("edgewatch-gateway: {error}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match run(cli.command, config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("edgewatch-gateway: {error:#}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(error) => {
+            eprintln!("edgewatch-gateway: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn source(config: &Config, prometheus: Option<String>) -> anyhow::Result<Source> {
+    Ok(match prometheus {
+        Some(url) => Source::Prometheus(url),
+        None => Source::Store(
+            Store::open_read_only(&config.store.path)
+                .with_context(|| format!("opening the store {}", config.store.path.display()))?,
+        ),
+    })
+}
+
+fn day(key: &str, text: &str) -> anyhow::Result<i64> {
+    let full = if text.len() == 10 {
+        format!("{text}T00:00:00Z")
+    } else {
+        text.to_owned()
+    };
+    edgewatch_slo::parse_rfc3339(&full)
+        .ok_or_else(|| usage(key, format!("`{text}` is not a UTC day (YYYY-MM-DD)")))
+}
+
+fn period(args: &PeriodArgs, now_ms: i64) -> anyhow::Result<Period> {
+    let end = match &args.to {
+        Some(text) => day("--to", text)?,
+        None => now_ms.div_euclid(MS_PER_DAY) * MS_PER_DAY,
+    };
+    let start = match &args.from {
+        Some(text) => day("--from", text)?,
+        None => end - DEFAULT_COST_DAYS * MS_PER_DAY,
+    };
+    Period::utc_days(start, end).map_err(|error| usage("--from", error.to_string()))
+}
+
+fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    let now_ms = now_ns() / 1_000_000;
+    match command {
+        Command::CheckConfig => {
+            println!("{config:#?}");
+            Ok(())
+        }
+        Command::Rules => {
+            print!("{}", edgewatch_slo::render_rules(&config.catalog));
+            Ok(())
+        }
+        Command::Report {
+            json,
+            prometheus,
+            at,
+            period: period_args,
+        } => {
+            let at_ms = match &at {
+                Some(text) => edgewatch_slo::parse_rfc3339(text)
+                    .ok_or_else(|| usage("--at", format!("`{text}` is not RFC 3339 UTC")))?,
+                None => now_ms,
+            };
+            let source = source(&config, prometheus)?;
+            let needs = edgewatch_slo::required_series(&config.catalog, at_ms);
+            let set = source
+                .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
+                .context("reading samples")?;
+            let slo = edgewatch_slo::evaluate(&config.catalog, &set, at_ms);
+            let cost = match &config.prices {
+                Some(book) => {
+                    let period = period(&period_args, at_ms)?;
+                    let needs = edgewatch_slo::cost_required_series(book, period);
+                    let set = source
+                        .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
+                        .context("reading samples")?;
+                    Some(edgewatch_slo::cost(book, &set, period))
+                }
+                None => None,
+            };
+            if json {
+                let value = serde_json::json!({ "slo": slo, "cost": cost });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print!("{}", edgewatch_slo::render_slo_text(&slo));
+                if let Some(cost) = &cost {
+                    println!();
+                    print!("{}", edgewatch_slo::render_cost_text(cost));
+                }
+            }
+            Ok(())
+        }
+        Command::ExportFocus {
+            prometheus,
+            out,
+            autonomy_out,
+            period: period_args,
+        } => {
+            let Some(book) = &config.prices else {
+                return Err(usage("prices", "export-focus needs a [prices] table"));
+            };
+            let period = period(&period_args, now_ms)?;
+            let source = source(&config, prometheus)?;
+            let needs = edgewatch_slo::cost_required_series(book, period);
+            let set = source
+                .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
+                .context("reading samples")?;
+            let report = edgewatch_slo::cost(book, &set, period);
+            let previous = match &out {
+                Some(path) if path.exists() => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    edgewatch_slo::focus::parse_focus_csv(&text)
+                        .with_context(|| format!("parsing {}", path.display()))?
+                }
+                _ => Vec::new(),
+            };
+            let rows = edgewatch_slo::focus_rows(&report, &previous, now_ms);
+            match &out {
+                Some(path) => {
+                    let mut all = previous;
+                    let added = rows.len();
+                    all.extend(rows);
+                    std::fs::write(path, edgewatch_slo::focus::write_focus_csv(&all))
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!(
+                        "edgewatch-gateway: {added} FOCUS rows added to {}",
+                        path.display()
+                    );
+                }
+                None => print!("{}", edgewatch_slo::focus::write_focus_csv(&rows)),
+            }
+            if let Some(path) = &autonomy_out {
+                std::fs::write(path, edgewatch_slo::focus::write_autonomy_csv(&report))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
+        Command::Run => {
+            init_logging();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime
+                .block_on(edgewatch_gateway::run::run(config, shutdown_signal()))
+                .context("the gateway stopped")?;
+            Ok(())
+        }
+    }
+}

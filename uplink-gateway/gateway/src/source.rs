@@ -1,0 +1,69 @@
+//! Where reports read raw samples: the embedded store, or a Prometheus-compatible HTTP query API.
+//! Both return the same [`RawSeries`] for the same data, and this module turns them into the SLO
+//! core's [`SeriesSet`], so a report is the same numbers whichever source fed it.
+//!
+//! Invariants:
+//! - A need `metric[range]` at `end` reads the samples with `end − range < ts ≤ end` from either
+//!   source (Prometheus' range-selector semantics; the store query is made to match).
+
+use edgewatch_slo::series::METRIC_NAME_LABEL;
+use edgewatch_slo::{Labels, SeriesSet};
+
+use crate::prometheus::{QueryError, query_raw};
+use crate::store::{RawSeries, Store, StoreError};
+
+/// A source of raw samples.
+pub enum Source {
+    /// The embedded store (opened read-only).
+    Store(Store),
+    /// A Prometheus base URL, e.g. `http://127.0.0.1:9090`.
+    Prometheus(String),
+}
+
+/// Reading samples failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The Prometheus query failed.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+impl Source {
+    /// Raw samples of `metric` with `end_ms − range_ms < ts ≤ end_ms`.
+    pub fn fetch(
+        &self,
+        metric: &str,
+        range_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<RawSeries>, SourceError> {
+        let start_ms = end_ms.saturating_sub(range_ms);
+        Ok(match self {
+            Self::Store(store) => store.query(metric, start_ms.saturating_add(1), end_ms)?,
+            Self::Prometheus(url) => query_raw(url, metric, start_ms, end_ms)?,
+        })
+    }
+
+    /// Fetches every `(metric, range_ms, end_ms)` into one series set.
+    pub fn series_set(
+        &self,
+        needs: impl IntoIterator<Item = (&'static str, i64, i64)>,
+    ) -> Result<SeriesSet, SourceError> {
+        let mut set = SeriesSet::new();
+        for (metric, range_ms, end_ms) in needs {
+            for raw in self.fetch(metric, range_ms, end_ms)? {
+                set.add(labels_of(&raw), raw.samples);
+            }
+        }
+        Ok(set)
+    }
+}
+
+/// The SLO core's labels (with `__name__`) of a raw series.
+pub fn labels_of(raw: &RawSeries) -> Labels {
+    let mut labels: Labels = raw.labels.iter().cloned().collect();
+    labels.insert(METRIC_NAME_LABEL.to_owned(), raw.metric.clone());
+    labels
+}

@@ -1,0 +1,73 @@
+//! The command line: a bad configuration or argument exits with status 64 naming the key; `rules`
+//! renders the catalog; `report` reads an (empty) store.
+
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+use std::process::{Command, Output};
+
+fn gateway(config: &str, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config.replace("STORE", &dir.path().join("s.redb").display().to_string());
+    let file = dir.path().join("gw.toml");
+    std::fs::write(&file, text).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
+        .args(args)
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
+const GOOD: &str = "[mqtt]\nhost = \"127.0.0.1\"\nclient_id = \"gw\"\n[store]\npath = \"STORE\"\n";
+
+#[test]
+fn a_bad_configuration_exits_64_naming_the_key() {
+    for (config, key) in [
+        (GOOD.replace("client_id", "colour = 1\nclient_id"), "colour"),
+        (
+            GOOD.replace("[store]", "[ingest]\nfreshness_limit = \"soon\"\n[store]"),
+            "ingest.freshness_limit",
+        ),
+        (
+            format!("{GOOD}[metrics]\nlisten = \"everywhere\"\n"),
+            "metrics.listen",
+        ),
+    ] {
+        let output = gateway(&config, &["check-config"]);
+        assert_eq!(output.status.code(), Some(64));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("`{key}`")), "{stderr}");
+    }
+}
+
+#[test]
+fn export_focus_without_a_price_book_exits_64_naming_prices() {
+    let output = gateway(GOOD, &["export-focus"]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`prices`"));
+}
+
+#[test]
+fn rules_render_the_built_in_catalog() {
+    let output = gateway(GOOD, &["rules"]);
+    assert!(output.status.success());
+    let rules = String::from_utf8(output.stdout).unwrap();
+    assert!(rules.contains("slo:sli_error:ratio_rate"));
+    assert!(rules.contains("SloErrorBudgetBurn1h5m"));
+}
+
+#[test]
+fn a_report_on_a_store_without_samples_has_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.redb");
+    drop(edgewatch_gateway::store::Store::open_path(&store).unwrap());
+    let config = GOOD.replace("STORE", &store.display().to_string());
+    let output = gateway(&config, &["report", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["slo"]["rows"].as_array().unwrap().len(), 0);
+}

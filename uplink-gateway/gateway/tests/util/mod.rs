@@ -1,0 +1,360 @@
+//! Helpers shared by the gateway's integration tests: batch builders, a publisher that waits for
+//! PUBACKs, and a handle on the real `edgewatch-gateway` binary (config in a temp dir, SIGKILL,
+//! SIGTERM, `/metrics` scraping).
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use edgewatch_proto::framing::encode_batch;
+use edgewatch_proto::topic::batch_topic;
+use edgewatch_proto::v1::{
+    Batch, DeadlineCounters, Event, LoopRef, ModelVersion, SafeStop, Tier, event,
+};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
+use rumqttc::v5::{AsyncClient, Event as MqttEvent};
+
+pub const SITE: &str = "pit-3";
+pub const HOUR_NS: i64 = 3_600_000_000_000;
+pub const DAY_NS: i64 = 24 * HOUR_NS;
+
+pub fn now_ns() -> i64 {
+    edgewatch_gateway::run::now_ns()
+}
+
+/// An SLO batch of `count` deadline-counter events (loop "planner"), seq `first..first+count`,
+/// the i-th stamped `start_ns + i × 10 s` with cumulative cycles `250 × seq`.
+pub fn slo_batch(machine: &str, epoch: u64, first: u64, count: u64, start_ns: i64) -> Batch {
+    let events = (0..count)
+        .map(|i| {
+            let seq = first + i;
+            Event {
+                seq,
+                event_time_unix_ns: start_ns + i as i64 * 10_000_000_000,
+                monotonic_ns: seq,
+                kind: Some(event::Kind::DeadlineCounters(DeadlineCounters {
+                    control_loop: Some(LoopRef {
+                        loop_id: 1,
+                        loop_name: "planner".into(),
+                    }),
+                    model: Some(ModelVersion {
+                        name: "haul-perception".into(),
+                        version: "4.2.1".into(),
+                        ..Default::default()
+                    }),
+                    start_time_unix_ns: 1,
+                    cycles: 250 * seq,
+                    misses: seq / 7,
+                    skipped: 0,
+                    ..Default::default()
+                })),
+            }
+        })
+        .collect();
+    batch(machine, epoch, Tier::Slo, events)
+}
+
+/// A safety batch of `count` safe-stop events.
+pub fn safety_batch(machine: &str, epoch: u64, first: u64, count: u64, start_ns: i64) -> Batch {
+    let events = (0..count)
+        .map(|i| {
+            let seq = first + i;
+            Event {
+                seq,
+                event_time_unix_ns: start_ns + i as i64 * 1_000_000_000,
+                monotonic_ns: seq,
+                kind: Some(event::Kind::SafeStop(SafeStop {
+                    total: seq,
+                    delta: 1,
+                    reason: "obstacle".into(),
+                    mode: 1,
+                    model: None,
+                })),
+            }
+        })
+        .collect();
+    batch(machine, epoch, Tier::Safety, events)
+}
+
+pub fn batch(machine: &str, epoch: u64, tier: Tier, events: Vec<Event>) -> Batch {
+    Batch {
+        schema_version: 1,
+        machine_id: machine.into(),
+        site_id: SITE.into(),
+        agent_epoch: epoch,
+        tier: tier as i32,
+        first_seq: events.first().map_or(0, |e| e.seq),
+        last_seq: events.last().map_or(0, |e| e.seq),
+        sent_time_unix_ns: now_ns(),
+        events,
+        machine_class: "haul-truck".into(),
+        agent_version: "0.1.0".into(),
+    }
+}
+
+/// Topic and encoded payload of a batch.
+pub fn message(batch: &Batch) -> (String, Vec<u8>) {
+    let tier = Tier::try_from(batch.tier).unwrap();
+    (
+        batch_topic(&batch.site_id, &batch.machine_id, tier).unwrap(),
+        encode_batch(batch).unwrap(),
+    )
+}
+
+/// Publishes every message at QoS 1 from one connection and waits until the broker acknowledged
+/// each with reason Success. Returns the number acknowledged.
+pub async fn publish_all(broker: SocketAddr, client_id: &str, messages: &[(String, Vec<u8>)]) {
+    let options = edgewatch_harness::mqtt::options(client_id, broker);
+    let (client, mut events) = AsyncClient::new(options, 64);
+    let expected = messages.len();
+    let poller = tokio::spawn(async move {
+        let mut acked = 0usize;
+        while acked < expected {
+            match tokio::time::timeout(Duration::from_secs(30), events.poll()).await {
+                Ok(Ok(MqttEvent::Incoming(Packet::PubAck(ack)))) => {
+                    assert_eq!(ack.reason, PubAckReason::Success, "publish refused");
+                    acked += 1;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => panic!("publisher connection failed: {error}"),
+                Err(_) => panic!("no PUBACK within 30 s ({acked}/{expected})"),
+            }
+        }
+        // Let the DISCONNECT go out.
+        let _ = tokio::time::timeout(Duration::from_secs(1), events.poll()).await;
+    });
+    for (topic, payload) in messages {
+        client
+            .publish(topic.clone(), QoS::AtLeastOnce, false, payload.clone())
+            .await
+            .unwrap();
+    }
+    poller.await.unwrap();
+    let _ = client.disconnect().await;
+}
+
+/// The real gateway binary, run from a generated configuration.
+pub struct Gateway {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub config_file: PathBuf,
+    pub metrics: SocketAddr,
+}
+
+pub struct GatewaySpec<'a> {
+    pub broker: SocketAddr,
+    pub client_id: &'a str,
+    pub shared_group: Option<&'a str>,
+    pub remote_write_url: Option<String>,
+    pub extra_ingest: &'a str,
+    /// Appended to the configuration file (e.g. `[slo]`, `[prices]` tables).
+    pub extra_tables: String,
+    /// `remote_write.max_sample_age`.
+    pub rw_max_sample_age: &'a str,
+}
+
+impl<'a> GatewaySpec<'a> {
+    pub fn new(broker: SocketAddr, client_id: &'a str) -> Self {
+        Self {
+            broker,
+            client_id,
+            shared_group: None,
+            remote_write_url: None,
+            extra_ingest: "",
+            extra_tables: String::new(),
+            rw_max_sample_age: "30d",
+        }
+    }
+}
+
+pub fn free_addr() -> SocketAddr {
+    edgewatch_harness::net::loopback(edgewatch_harness::net::free_port().unwrap())
+}
+
+impl Gateway {
+    /// Writes the configuration into `dir` (store at `dir/store.redb`) and starts the binary.
+    pub fn start(dir: &Path, spec: &GatewaySpec<'_>) -> Self {
+        let metrics = free_addr();
+        let mut config = format!(
+            "[mqtt]\nhost = \"127.0.0.1\"\nport = {}\nclient_id = \"{}\"\nkeep_alive = \"5s\"\nreceive_maximum = 64\n",
+            spec.broker.port(),
+            spec.client_id
+        );
+        if let Some(group) = spec.shared_group {
+            config.push_str(&format!("shared_group = \"{group}\"\n"));
+        }
+        config.push_str(&format!("[ingest]\n{}\n", spec.extra_ingest));
+        config.push_str(&format!(
+            "[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n",
+            dir.join("store.redb").display()
+        ));
+        if let Some(url) = &spec.remote_write_url {
+            config.push_str(&format!(
+                "[remote_write]\nurl = \"{url}\"\nmax_sample_age = \"{}\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\ntimeout = \"5s\"\n",
+                spec.rw_max_sample_age
+            ));
+        }
+        config.push_str(&spec.extra_tables);
+        let config_file = dir.join("gateway.toml");
+        std::fs::write(&config_file, config).unwrap();
+        let mut gateway = Self {
+            child: None,
+            dir: dir.to_owned(),
+            config_file,
+            metrics,
+        };
+        gateway.spawn();
+        gateway
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("gateway.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config_file)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.wait_metric("edgewatch_gateway_subscribed", |v| v == 1.0);
+    }
+
+    /// Starts the same instance again (same client id, same store).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a running gateway");
+        self.spawn();
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own unreaped child; no memory is involved.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: as in `signal`.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(
+                        status.success(),
+                        "gateway exited with {status}; log:\n{}",
+                        self.log()
+                    );
+                    return;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("gateway did not stop on SIGTERM; log:\n{}", self.log());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    pub fn log(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("gateway.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// The gateway's `/metrics` text, or `None` if it does not answer.
+    pub fn scrape(&self) -> Option<String> {
+        let mut stream =
+            TcpStream::connect_timeout(&self.metrics, Duration::from_millis(500)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text.split("\r\n\r\n").nth(1)?.to_owned())
+    }
+
+    /// Value of a metric line that starts with `name ` (or `name{...} `).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.scrape()?;
+        text.lines()
+            .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|value| value.parse().ok())
+    }
+
+    /// Waits (up to 60 s) until `predicate(metric)` holds.
+    pub fn wait_metric(&self, name: &str, predicate: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(value) = self.metric(name)
+                && predicate(value)
+            {
+                return value;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{name} never reached the expected value (last {:?}); log:\n{}",
+                    self.metric(name),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs another subcommand of the binary with this gateway's configuration; returns stdout.
+    pub fn command(&self, args: &[&str]) -> String {
+        let output = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
+            .args(args)
+            .arg("--config")
+            .arg(&self.config_file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.dir.join("store.redb")
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
