@@ -45,7 +45,8 @@ fn the_documented_thermal_example_is_valid_and_spells_out_the_defaults() {
 
 #[test]
 fn every_key_of_the_table_is_documented() {
-    let table = &DOC[DOC.find("| key | default |").unwrap()..];
+    let section = &DOC[DOC.find("## Agent: thermal").unwrap()..];
+    let table = &section[section.find("| key | default |").unwrap()..];
     for key in [
         "tegrastats_enabled",
         "tegrastats",
