@@ -49,8 +49,18 @@ edgewatch_ensure_rust_target() {
     rustup target list --installed | grep -qx "$1" || rustup target add "$1"
 }
 
+# cargo-zigbuild comes from PyPI too (a prebuilt wheel, seconds instead of minutes of `cargo
+# install`), in the same venv as zig; `cargo install` is the fallback where no wheel fits.
 edgewatch_ensure_zigbuild() {
-    if [ "$(cargo-zigbuild --version 2>/dev/null)" != "cargo-zigbuild $EDGEWATCH_ZIGBUILD_VERSION" ]; then
+    edgewatch_ensure_zig
+    local venv="$EDGEWATCH_TOOLS_DIR/ziglang-$EDGEWATCH_ZIGLANG_VERSION"
+    if [ "$("$venv/bin/cargo-zigbuild" --version 2>/dev/null)" != "cargo-zigbuild $EDGEWATCH_ZIGBUILD_VERSION" ]; then
+        "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+            "cargo-zigbuild==$EDGEWATCH_ZIGBUILD_VERSION" 2>/dev/null || true
+    fi
+    if [ "$("$venv/bin/cargo-zigbuild" --version 2>/dev/null)" = "cargo-zigbuild $EDGEWATCH_ZIGBUILD_VERSION" ]; then
+        case ":$PATH:" in *":$venv/bin:"*) ;; *) export PATH="$venv/bin:$PATH" ;; esac
+    elif [ "$(cargo-zigbuild --version 2>/dev/null)" != "cargo-zigbuild $EDGEWATCH_ZIGBUILD_VERSION" ]; then
         cargo install --locked --quiet cargo-zigbuild --version "$EDGEWATCH_ZIGBUILD_VERSION"
     fi
 }
@@ -76,7 +86,22 @@ edgewatch_ensure_zig() {
 edgewatch_ensure_cross_build() {
     edgewatch_ensure_rust_target "$1"
     edgewatch_ensure_zigbuild
-    edgewatch_ensure_zig
+}
+
+# The packages to build (third column of cross/machine-binaries): EDGEWATCH_PACKAGES if set (names
+# separated by spaces), else all. Prints one per line.
+edgewatch_selected_packages() {
+    local all
+    all=$(awk '!/^#/ && NF==3 {print $3}' cross/machine-binaries | sort -u)
+    if [ -n "${EDGEWATCH_PACKAGES:-}" ]; then
+        local name
+        for name in $EDGEWATCH_PACKAGES; do
+            grep -qx "$name" <<<"$all" || { echo "unknown package in EDGEWATCH_PACKAGES: $name" >&2; return 1; }
+            echo "$name"
+        done
+    else
+        echo "$all"
+    fi
 }
 
 # Makes aarch64 executables run on this host: qemu-user-static registered with binfmt_misc (so a
