@@ -125,11 +125,22 @@ fn build(profile_dir: &Path, wanted: &[(&str, &str)], unify_with: &[&str]) -> Re
             command.env_remove(&name);
         }
     }
-    for package in unify_with {
-        command.args(["-p", package]);
-    }
-    for (package, bin) in wanted {
-        command.args(["-p", package, "--bin", bin]);
+    if profile == "debug" && std::env::var_os("NEXTEST_RUN_ID").is_some() {
+        // Under `cargo nextest run --workspace` (CI's test command) the binaries are already
+        // built, with dependency features unified over every test of the workspace. A build that
+        // selects fewer packages resolves other features, and would compile a second variant of
+        // each crate whose features differ (about two minutes of the demo's end-to-end test).
+        command.args(["--workspace", "--tests"]);
+        for (_, bin) in wanted {
+            command.args(["--bin", bin]);
+        }
+    } else {
+        for package in unify_with {
+            command.args(["-p", package]);
+        }
+        for (package, bin) in wanted {
+            command.args(["-p", package, "--bin", bin]);
+        }
     }
     if profile != "debug" {
         command.args(["--profile", &profile]);

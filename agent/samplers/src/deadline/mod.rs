@@ -2,7 +2,7 @@
 //! SLO counters and safety events.
 //!
 //! The agent's shell owns one [`DeadlineSampler`] and calls [`DeadlineSampler::poll`] every
-//! [`DeadlineSampler::poll_interval`] (default 100 ms) from its current-thread loop, passing the
+//! [`DeadlineSampler::poll_interval`] (default 250 ms) from its current-thread loop, passing the
 //! time and the manifest's model (from [`crate::model::ModelWatcher`]); events go to its
 //! [`EventSink`]. [`DeadlineSampler::status`] answers the agent's `status` command.
 //!

@@ -1,5 +1,5 @@
-//! Level 2, footprint: the real agent at 10× production poll rates (probes at 100 Hz, sysfs every
-//! 100 ms, tegrastats replayed at 10×) over a fake sysfs tree and two synthetic 1 kHz loops, for a
+//! Level 2, footprint: the real agent at 10× production poll rates (probes at ten times the
+//! agent's default `deadline.poll_hz`, sysfs every 100 ms, tegrastats replayed at 10×) over a fake sysfs tree and two synthetic 1 kHz loops, for a
 //! fixed window; its own CPU time, involuntary context switches and peak RSS against the budgets
 //! of `docs/hil.md`. Robust on a shared machine: every number is the agent's own, not a timing.
 //!
@@ -95,6 +95,11 @@ impl FootprintReport {
 }
 
 /// Runs level 2.
+/// Ten times the agent's default probe poll rate, the rate this level runs the probes at.
+pub fn ten_times_production_poll_hz() -> u32 {
+    (10.0 * edgewatch_samplers::deadline::config::DEFAULT_POLL_HZ).round() as u32
+}
+
 pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport, LevelError> {
     let split = cpu_split();
     let dir = scratch("edgewatch-hil-footprint-")?;
@@ -129,7 +134,7 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
         cores: split.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
         control_loop_cores: split.as_ref().map(|s| vec![s.1]).unwrap_or_default(),
         probes: probes.clone(),
-        poll_hz: 100,
+        poll_hz: ten_times_production_poll_hz(),
         snapshot_interval_s: 10,
         sysfs_root: sysfs.root().to_owned(),
         sysfs_poll_ms: 100,
