@@ -1,9 +1,9 @@
 //! Which model is running: the identity carried by every per-model counter and the
 //! `ModelVersionChange` safety event.
 //!
-//! Two sources, best first (`notes/hil-jetson.md` §4): the probe's seqlocked model-version slot,
-//! read by the deadline sampler for its own loop, and a manifest file beside the deployed engine,
-//! watched here. For a loop whose probe publishes a version, the slot wins; otherwise the
+//! Two sources, best first (`docs/model-manifest.md`, "Which source wins"): the probe's seqlocked
+//! model-version slot, read by the deadline sampler for its own loop, and a manifest file beside
+//! the deployed engine, watched here. For a loop whose probe publishes a version, the slot wins; otherwise the
 //! manifest's identity applies.
 //!
 //! Layout:
