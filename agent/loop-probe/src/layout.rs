@@ -431,14 +431,5 @@ pub(crate) mod zeroed {
                 slots: (0..capacity).map(|_| slot()).collect(),
             }
         }
-
-        pub(crate) fn ring_ref(&self) -> crate::protocol::RingRef<'_> {
-            crate::protocol::RingRef {
-                head: &self.head,
-                heartbeat_ns: &self.heartbeat_ns,
-                summary: &self.summary,
-                slots: &self.slots,
-            }
-        }
     }
 }

@@ -662,6 +662,20 @@ fn spin_hint() {
     core::hint::spin_loop();
 }
 
+/// The protocol's view of a heap ring of the unit-test and loom models (here, not in `layout`,
+/// so that `layout` never names `protocol`).
+#[cfg(test)]
+impl crate::layout::zeroed::Ring {
+    pub(crate) fn ring_ref(&self) -> RingRef<'_> {
+        RingRef {
+            head: &self.head,
+            heartbeat_ns: &self.heartbeat_ns,
+            summary: &self.summary,
+            slots: &self.slots,
+        }
+    }
+}
+
 #[cfg(test)]
 #[cfg(not(loom))]
 mod tests;
