@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
 
+use crate::drain::UplinkStats;
 use crate::ingest::IngestStats;
-use crate::uplink::UplinkStats;
 
 /// How often the agent reports its health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);

@@ -19,6 +19,7 @@
 //!   counted, reported loss.
 
 pub mod config;
+pub mod drain;
 pub mod health;
 pub mod ingest;
 pub mod pacing;
@@ -27,4 +28,3 @@ pub mod run;
 pub mod status;
 pub mod systemd;
 pub mod ticker;
-pub mod uplink;

@@ -32,12 +32,12 @@ use edgewatch_samplers::thermal::{
 use edgewatch_samplers::{EventSink, Now};
 
 use crate::config::Config;
+use crate::drain::{Uplink, UplinkStats};
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
 use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
 use crate::ticker::Ticker;
-use crate::uplink::{Uplink, UplinkStats};
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,7 @@ pub enum RunError {
     Runtime(std::io::Error),
     /// The uplink could not start.
     #[error("uplink: {0}")]
-    Uplink(#[from] crate::uplink::UplinkError),
+    Uplink(#[from] crate::drain::UplinkError),
     /// The local socket could not be opened.
     #[error("ingest socket: {0}")]
     Ingest(std::io::Error),

@@ -13,8 +13,8 @@ use edgewatch_queue::QueueStatus;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::drain::UplinkStats;
 use crate::ingest::IngestStats;
-use crate::uplink::UplinkStats;
 
 /// A status file older than this means the agent is not updating it.
 pub const STALE_AFTER: Duration = Duration::from_secs(5);

@@ -8,11 +8,11 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
+use edgewatch_agent::drain::UplinkStats;
 use edgewatch_agent::ingest::IngestStats;
 use edgewatch_agent::status::{
     AgentSnapshot, SnapshotView, SourceListWriter, SourceStatus, StatusWriter,
 };
-use edgewatch_agent::uplink::UplinkStats;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
