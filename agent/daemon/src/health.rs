@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
 
-use crate::drain::UplinkStats;
+use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
 
 /// How often the agent reports its health.
@@ -59,7 +59,7 @@ impl HealthReporter {
         now: SystemTime,
         monotonic_ns: u64,
         queue: &QueueStatus,
-        uplink: &UplinkStats,
+        drain: &DrainStats,
         ingest: &IngestStats,
     ) -> &Event {
         let rss_bytes = self.rss_bytes();
@@ -76,8 +76,8 @@ impl HealthReporter {
             health.offline_window_seconds = queue
                 .offline_window
                 .map_or(f64::INFINITY, |window| window.as_secs_f64());
-            health.publishes_refused = uplink.refused;
-            health.reconnects = uplink.disconnects;
+            health.publishes_refused = drain.refused;
+            health.reconnects = drain.disconnects;
             health.local_rejected = ingest.rejected;
             for (slot, tier) in health.tiers.iter_mut().zip([
                 &queue.tiers.safety,
@@ -135,15 +135,15 @@ mod tests {
         let mut reporter = HealthReporter::new(SystemTime::now() - Duration::from_secs(5));
         let mut queue = QueueStatus::default();
         queue.tiers.debug.records = 42;
-        let uplink = UplinkStats {
+        let drain = DrainStats {
             refused: 2,
-            ..UplinkStats::default()
+            ..DrainStats::default()
         };
         let event = reporter.build(
             SystemTime::now(),
             1,
             &queue,
-            &uplink,
+            &drain,
             &IngestStats::default(),
         );
         let Some(event::Kind::AgentHealth(health)) = &event.kind else {

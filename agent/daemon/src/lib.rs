@@ -5,7 +5,8 @@
 //! - [`config`]: the TOML configuration, raw then validated.
 //! - [`placement`]: cores, SCHED_IDLE and the idle I/O class.
 //! - [`run`]: the daemon: one current-thread runtime running every task.
-//! - [`uplink`]: MQTT v5 drain, safety first, deletion only on PUBACK.
+//! - [`drain`]: empties the queue over MQTT v5 (the `[uplink]` section), safety first, deletion
+//!   only on PUBACK.
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
 //! - [`status`]: the status file `run` writes and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.

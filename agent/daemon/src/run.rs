@@ -32,7 +32,7 @@ use edgewatch_samplers::thermal::{
 use edgewatch_samplers::{EventSink, Now};
 
 use crate::config::Config;
-use crate::drain::{Uplink, UplinkStats};
+use crate::drain::{Drain, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
 use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
@@ -51,9 +51,9 @@ pub enum RunError {
     /// The runtime could not be built.
     #[error("runtime: {0}")]
     Runtime(std::io::Error),
-    /// The uplink could not start.
+    /// The drain could not start.
     #[error("uplink: {0}")]
-    Uplink(#[from] crate::drain::UplinkError),
+    Drain(#[from] crate::drain::DrainError),
     /// The local socket could not be opened.
     #[error("ingest socket: {0}")]
     Ingest(std::io::Error),
@@ -133,10 +133,10 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         durable: durable_rx,
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let uplink_stats = Rc::new(RefCell::new(UplinkStats::default()));
+    let uplink_stats = Rc::new(RefCell::new(DrainStats::default()));
     let ingest_stats = Rc::new(RefCell::new(IngestStats::default()));
 
-    let uplink = Uplink::new(
+    let uplink = Drain::new(
         config.uplink.clone(),
         config.machine.clone(),
         epoch,
@@ -259,7 +259,7 @@ async fn flush_loop(
 async fn report_loop(
     queue: Rc<RefCell<Queue>>,
     mut status: StatusWriter,
-    uplink: Rc<RefCell<UplinkStats>>,
+    uplink: Rc<RefCell<DrainStats>>,
     ingest: Rc<RefCell<IngestStats>>,
     sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
@@ -285,7 +285,7 @@ async fn report_loop(
 /// Sends an `AgentHealth` event to the debug tier every minute.
 async fn health_loop(
     shared: Shared,
-    uplink: Rc<RefCell<UplinkStats>>,
+    uplink: Rc<RefCell<DrainStats>>,
     ingest: Rc<RefCell<IngestStats>>,
     mut shutdown: watch::Receiver<bool>,
 ) {

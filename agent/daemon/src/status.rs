@@ -13,7 +13,7 @@ use edgewatch_queue::QueueStatus;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::drain::UplinkStats;
+use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
 
 /// A status file older than this means the agent is not updating it.
@@ -67,7 +67,7 @@ pub struct SnapshotView<'a> {
     /// Seconds since the agent started.
     pub uptime_s: u64,
     /// Uplink state.
-    pub uplink: &'a UplinkStats,
+    pub uplink: &'a DrainStats,
     /// Local ingest counters.
     pub ingest: &'a IngestStats,
     /// Sampling sources and the age of their last sample.
@@ -78,7 +78,7 @@ impl<'a> SnapshotView<'a> {
     /// The snapshot as of now.
     pub fn now(
         started: SystemTime,
-        uplink: &'a UplinkStats,
+        uplink: &'a DrainStats,
         ingest: &'a IngestStats,
         sources: &'a [SourceStatus],
     ) -> Self {

@@ -1,4 +1,4 @@
-//! The uplink: drains the queue over MQTT v5, safety first, deleting nothing before the broker's
+//! The drain: empties the queue over MQTT v5, safety first, deleting nothing before the broker's
 //! acknowledgement.
 //!
 //! The agent owns retransmission (rumqttc drops in-flight publishes on a clean-start reconnect):
@@ -53,9 +53,9 @@ pub const PARK_DURATION: Duration = Duration::from_secs(300);
 /// How long a graceful shutdown waits for outstanding PUBACKs.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// What the uplink reports to `status` and the agent's health events.
+/// What the drain reports to `status` (its `uplink` section) and the agent's health events.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct UplinkStats {
+pub struct DrainStats {
     /// A CONNACK was received and the connection has not failed since.
     pub connected: bool,
     /// Wall-clock time of the last successful acknowledgement (ms since the Unix epoch).
@@ -100,13 +100,13 @@ enum Sent {
     Status,
 }
 
-/// The uplink task's state.
-pub struct Uplink {
+/// The drain task's state.
+pub struct Drain {
     config: UplinkConfig,
     machine: Machine,
     queue: Rc<RefCell<Queue>>,
     wake: Rc<Notify>,
-    stats: Rc<RefCell<UplinkStats>>,
+    stats: Rc<RefCell<DrainStats>>,
     topics: [String; 3],
     status_topic: String,
     header: Batch,
@@ -123,9 +123,9 @@ pub struct Uplink {
     batch_bytes: usize,
 }
 
-/// Why the uplink could not start.
+/// Why the drain could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum UplinkError {
+pub enum DrainError {
     /// The TLS files could not be read.
     #[error("reading {path}: {source}")]
     Tls {
@@ -160,17 +160,17 @@ fn tier_index(tier: Tier) -> usize {
     }
 }
 
-impl Uplink {
-    /// An uplink draining `queue` under `machine`'s identity.
+impl Drain {
+    /// A drain emptying `queue` under `machine`'s identity.
     pub fn new(
         config: UplinkConfig,
         machine: Machine,
         agent_epoch: u64,
         queue: Rc<RefCell<Queue>>,
         wake: Rc<Notify>,
-        stats: Rc<RefCell<UplinkStats>>,
-    ) -> Result<Self, UplinkError> {
-        let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(UplinkError::Topic);
+        stats: Rc<RefCell<DrainStats>>,
+    ) -> Result<Self, DrainError> {
+        let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(DrainError::Topic);
         let mut topics = [topic(Tier::Safety)?, topic(Tier::Slo)?, topic(Tier::Debug)?];
         for (slot, tier) in topics.iter_mut().zip(["safety", "slo", "debug"]) {
             if let Some(custom) = config.topic_overrides.get(tier) {
@@ -232,7 +232,7 @@ impl Uplink {
         .encode_to_vec()
     }
 
-    fn options(&self) -> Result<MqttOptions, UplinkError> {
+    fn options(&self) -> Result<MqttOptions, DrainError> {
         let mut options =
             MqttOptions::new(&self.config.client_id, &self.config.host, self.config.port);
         options.set_keep_alive(self.config.keepalive);
@@ -250,7 +250,7 @@ impl Uplink {
         ));
         if let Some(tls) = &self.config.tls {
             let read = |path: &std::path::PathBuf| {
-                std::fs::read(path).map_err(|source| UplinkError::Tls {
+                std::fs::read(path).map_err(|source| DrainError::Tls {
                     path: path.clone(),
                     source,
                 })
@@ -267,7 +267,7 @@ impl Uplink {
 
     /// Runs until `shutdown` turns true, then waits briefly for outstanding acknowledgements,
     /// announces the agent offline and disconnects.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), UplinkError> {
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DrainError> {
         let options = self.options()?;
         // Channel capacity above the window: try_publish never fails for lack of room.
         let (client, mut events) = AsyncClient::new(options, usize::from(self.config.inflight) + 4);
@@ -625,7 +625,7 @@ impl Uplink {
         client: &AsyncClient,
         events: &mut EventLoop,
         connected: bool,
-    ) -> Result<(), UplinkError> {
+    ) -> Result<(), DrainError> {
         if connected {
             let offline = self.machine_status(false);
             let _ = client.try_publish(self.status_topic.as_str(), QoS::AtLeastOnce, true, offline);
