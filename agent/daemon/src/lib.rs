@@ -19,6 +19,7 @@
 //! - Nothing is lost silently: a record leaves the queue on a broker acknowledgement or as a
 //!   counted, reported loss.
 
+pub mod clock;
 pub mod config;
 pub mod drain;
 pub mod health;
@@ -28,4 +29,3 @@ pub mod placement;
 pub mod run;
 pub mod status;
 pub mod systemd;
-pub mod ticker;

@@ -31,13 +31,13 @@ use edgewatch_samplers::thermal::{
 };
 use edgewatch_samplers::{EventSink, Now};
 
+use crate::clock::timerfd::Ticker;
 use crate::config::Config;
 use crate::drain::{Drain, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
 use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
-use crate::ticker::Ticker;
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -447,7 +447,7 @@ async fn sample_loop(
     }
 }
 
-/// The sampling loop's clock: a timerfd (see [`crate::ticker`]), or tokio's interval if the
+/// The sampling loop's clock: a timerfd (see [`crate::clock::timerfd`]), or tokio's interval if the
 /// kernel refuses one.
 enum SampleClock {
     TimerFd(Ticker),
@@ -460,7 +460,8 @@ impl SampleClock {
             Ok(ticker) => Self::TimerFd(ticker),
             Err(error) => {
                 tracing::warn!(%error, "No timerfd; sampling on the runtime's timers.");
-                let mut interval = tokio::time::interval(period.max(crate::ticker::MIN_PERIOD));
+                let mut interval =
+                    tokio::time::interval(period.max(crate::clock::timerfd::MIN_PERIOD));
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 Self::Tokio(interval)
             }

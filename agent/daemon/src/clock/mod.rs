@@ -1,0 +1,6 @@
+//! The agent's clock.
+//!
+//! Layout:
+//! - [`timerfd`]: a periodic timer on a Linux `timerfd`.
+
+pub mod timerfd;
