@@ -8,11 +8,12 @@
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
 
 use std::io::Read;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
 
+use crate::clock;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
 
@@ -63,9 +64,7 @@ impl HealthReporter {
         ingest: &IngestStats,
     ) -> &Event {
         let rss_bytes = self.rss_bytes();
-        self.event.event_time_unix_ns = now
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        self.event.event_time_unix_ns = clock::unix_ns(now);
         self.event.monotonic_ns = monotonic_ns;
         if let Some(event::Kind::AgentHealth(health)) = &mut self.event.kind {
             health.uptime_seconds = now

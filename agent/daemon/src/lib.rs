@@ -10,6 +10,7 @@
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
 //! - [`status`]: the status file `run` writes and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
+//! - [`clock`]: the agent's one clock: wall and monotonic time, the sampling loop's tick.
 //! - [`pacing`]: backoff and token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!

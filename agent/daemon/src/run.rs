@@ -18,20 +18,20 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use edgewatch_proto::v1::{Event, Tier};
 use edgewatch_queue::{FlushOutcome, PerTier, Queue};
 use tokio::sync::{Notify, watch};
 
+use edgewatch_samplers::EventSink;
 use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler};
 use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
 use edgewatch_samplers::thermal::{
     SysfsInventory, SysfsReader, TegrastatsSource, ThermalConfig, ThermalSampler,
 };
-use edgewatch_samplers::{EventSink, Now};
 
-use crate::clock::timerfd::Ticker;
+use crate::clock::{self, Periodic};
 use crate::config::Config;
 use crate::drain::{Drain, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
@@ -78,10 +78,7 @@ pub struct Shared {
 impl Shared {
     /// Appends an event and wakes the flusher. Errors are logged and counted by the queue.
     pub fn append(&self, tier: Tier, event: &Event) -> Result<u64, edgewatch_queue::AppendError> {
-        let result = self
-            .queue
-            .borrow_mut()
-            .append(tier, event, SystemTime::now());
+        let result = self.queue.borrow_mut().append(tier, event, clock::wall());
         self.appended.notify_one();
         result
     }
@@ -105,7 +102,7 @@ impl Shared {
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), RunError> {
     placement::apply(&config.scheduling)?;
-    let (queue, report) = Queue::open(config.queue.queue.get().clone(), SystemTime::now())?;
+    let (queue, report) = Queue::open(config.queue.queue.get().clone(), clock::wall())?;
     if let Some(quarantined) = &report.quarantined {
         tracing::error!(moved_to = %quarantined.moved_to.display(), reason = %quarantined.reason, epoch = report.epoch, "The queue store would not open; it was moved aside and a new queue started.");
     }
@@ -193,7 +190,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     let _ = reporter.await;
     let _ = flusher.await;
     // Whatever the tasks left pending becomes durable before exit.
-    if let Err(error) = shared.queue.borrow_mut().flush(SystemTime::now()) {
+    if let Err(error) = shared.queue.borrow_mut().flush(clock::wall()) {
         tracing::error!(%error, "The final flush failed.");
     }
     tracing::info!("Stopped.");
@@ -216,10 +213,7 @@ async fn flush_loop(
 ) {
     loop {
         let next = shared.queue.borrow().next_flush_at();
-        let wait = next.map(|at| {
-            at.duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO)
-        });
+        let wait = next.map(|at| at.duration_since(clock::wall()).unwrap_or(Duration::ZERO));
         tokio::select! {
             () = async {
                 match wait {
@@ -231,7 +225,7 @@ async fn flush_loop(
             } => {}
             _ = shutdown.changed() => return,
         }
-        let now = SystemTime::now();
+        let now = clock::wall();
         if !shared.queue.borrow().flush_due(now) {
             continue;
         }
@@ -264,16 +258,14 @@ async fn report_loop(
     sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let started = SystemTime::now();
+    let started = clock::wall();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        queue
-            .borrow_mut()
-            .refresh_status_snapshot(SystemTime::now());
+        queue.borrow_mut().refresh_status_snapshot(clock::wall());
         let (uplink, ingest, sources) = (uplink.borrow(), ingest.borrow(), sources.borrow());
         let snapshot = SnapshotView::now(started, &uplink, &ingest, &sources);
         if let Err(error) = status.write(&snapshot) {
@@ -289,7 +281,7 @@ async fn health_loop(
     ingest: Rc<RefCell<IngestStats>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut reporter = crate::health::HealthReporter::new(SystemTime::now());
+    let mut reporter = crate::health::HealthReporter::new(clock::wall());
     let mut tick = tokio::time::interval(crate::health::HEALTH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate: report once at start.
@@ -298,11 +290,11 @@ async fn health_loop(
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let now = SystemTime::now();
+        let now = clock::wall();
         let queue = shared.queue.borrow().status(now);
         let event = reporter.build(
             now,
-            crate::ingest::monotonic_ns(),
+            clock::monotonic_ns(),
             &queue,
             &uplink.borrow(),
             &ingest.borrow(),
@@ -331,16 +323,6 @@ impl EventSink for QueueSink {
     }
 }
 
-/// Wall and monotonic time, read once per tick.
-pub fn now() -> Now {
-    Now {
-        wall_unix_ns: SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
-        monotonic_ns: crate::ingest::monotonic_ns(),
-    }
-}
-
 /// The samplers and their sources, driven from one task: control-loop probes and the model
 /// manifest on the deadline sampler's interval, sysfs on its own, tegrastats lines as they come.
 async fn sample_loop(
@@ -351,7 +333,7 @@ async fn sample_loop(
     sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut sampler = DeadlineSampler::new(deadline, now());
+    let mut sampler = DeadlineSampler::new(deadline, clock::now());
     let mut watcher = model.map(ModelWatcher::new);
     let mut sink = QueueSink { shared, refused: 0 };
     let mut sysfs = match SysfsReader::open(&thermal.sysfs) {
@@ -374,7 +356,7 @@ async fn sample_loop(
         sysfs
             .as_ref()
             .map_or(&empty_inventory, SysfsReader::inventory),
-        now(),
+        clock::now(),
         None,
     );
     // One clock for the probes and sysfs, each polled when its interval is due.
@@ -384,19 +366,19 @@ async fn sample_loop(
         Some(_) => probe_interval.min(sysfs_interval),
         None => probe_interval,
     };
-    let armed_at = std::time::Instant::now();
-    let mut clock = SampleClock::new(period);
+    let armed_at = clock::instant();
+    let mut tick = Periodic::new(period);
     let mut probes_due = armed_at + probe_interval;
     let mut sysfs_due = armed_at + sysfs_interval;
-    let mut last_status = std::time::Instant::now() - Duration::from_secs(1);
+    let mut last_status = clock::instant() - Duration::from_secs(1);
     let mut last_line_at: Option<std::time::Instant> = None;
     loop {
         let stop = tokio::select! {
-            () = clock.tick() => {
-                let at = std::time::Instant::now();
+            () = tick.tick() => {
+                let at = clock::instant();
                 if at >= probes_due {
                     probes_due = next_due(probes_due, probe_interval, at);
-                    let now = now();
+                    let now = clock::now();
                     if let Some(watcher) = watcher.as_mut() {
                         watcher.tick(now, &mut sink);
                     }
@@ -407,7 +389,7 @@ async fn sample_loop(
                 if let Some(reader) = sysfs.as_mut().filter(|_| at >= sysfs_due) {
                     sysfs_due = next_due(sysfs_due, sysfs_interval, at);
                     let model = watcher.as_ref().and_then(ModelWatcher::current);
-                    thermal_sampler.on_sysfs(reader.read(), now(), model, &mut sink);
+                    thermal_sampler.on_sysfs(reader.read(), clock::now(), model, &mut sink);
                 }
                 false
             }
@@ -419,21 +401,21 @@ async fn sample_loop(
             } => {
                 let model = watcher.as_ref().and_then(ModelWatcher::current);
                 thermal_sampler.on_tegrastats(&event, model, &mut sink);
-                last_line_at = Some(std::time::Instant::now());
+                last_line_at = Some(clock::instant());
                 false
             }
             _ = shutdown.changed() => true,
         };
         if stop {
             let model = watcher.as_ref().and_then(ModelWatcher::current);
-            thermal_sampler.flush(now(), model, &mut sink);
+            thermal_sampler.flush(clock::now(), model, &mut sink);
             if let Some(source) = tegrastats.as_mut() {
                 source.shutdown().await;
             }
             return;
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
-            last_status = std::time::Instant::now();
+            last_status = clock::instant();
             let mut list = sources.borrow_mut();
             write_sources(
                 &mut SourceListWriter::new(&mut list),
@@ -443,42 +425,6 @@ async fn sample_loop(
                 sysfs.as_ref(),
                 last_line_at,
             );
-        }
-    }
-}
-
-/// The sampling loop's clock: a timerfd (see [`crate::clock::timerfd`]), or tokio's interval if the
-/// kernel refuses one.
-enum SampleClock {
-    TimerFd(Ticker),
-    Tokio(tokio::time::Interval),
-}
-
-impl SampleClock {
-    fn new(period: Duration) -> Self {
-        match Ticker::new(period) {
-            Ok(ticker) => Self::TimerFd(ticker),
-            Err(error) => {
-                tracing::warn!(%error, "No timerfd; sampling on the runtime's timers.");
-                let mut interval =
-                    tokio::time::interval(period.max(crate::clock::timerfd::MIN_PERIOD));
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                Self::Tokio(interval)
-            }
-        }
-    }
-
-    async fn tick(&mut self) {
-        match self {
-            Self::TimerFd(ticker) => {
-                if let Err(error) = ticker.tick().await {
-                    tracing::warn!(%error, "The sampling timerfd failed; sampling on the runtime's timers.");
-                    *self = Self::Tokio(tokio::time::interval(ticker.period()));
-                }
-            }
-            Self::Tokio(interval) => {
-                interval.tick().await;
-            }
         }
     }
 }
@@ -505,7 +451,7 @@ fn write_sources(
     last_line_at: Option<std::time::Instant>,
 ) {
     use std::fmt::Write as _;
-    let now = now();
+    let now = clock::now();
     for source in sampler.status(now) {
         let entry = list.entry();
         let _ = write!(entry.name, "probe:{}", source.loop_name);

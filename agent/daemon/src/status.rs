@@ -7,11 +7,12 @@
 //! - A snapshot older than [`STALE_AFTER`] is reported as such (the agent is not running or stuck).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use edgewatch_queue::QueueStatus;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::{self, unix_ms};
 use crate::config::Config;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
@@ -49,11 +50,6 @@ pub struct SourceStatus {
     pub last_sample_age_s: Option<f64>,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// What `run` writes every second: the same fields as [`AgentSnapshot`], borrowed from the
 /// live counters so that writing a snapshot allocates nothing.
 #[derive(Debug, Serialize)]
@@ -82,7 +78,7 @@ impl<'a> SnapshotView<'a> {
         ingest: &'a IngestStats,
         sources: &'a [SourceStatus],
     ) -> Self {
-        let now = SystemTime::now();
+        let now = clock::wall();
         Self {
             as_of_unix_ms: unix_ms(now),
             pid: std::process::id(),
@@ -284,7 +280,7 @@ pub fn read(config: &Config) -> Status {
             None
         }
     };
-    let now = unix_ms(SystemTime::now());
+    let now = unix_ms(clock::wall());
     let agent_running = agent.as_ref().is_some_and(|snapshot| {
         now.saturating_sub(snapshot.as_of_unix_ms) <= STALE_AFTER.as_millis() as u64
     });
@@ -336,7 +332,7 @@ pub fn render_text(status: &Status) -> String {
                 .as_u64()
                 .map_or("never".to_owned(), |ms| format!(
                     "{} s ago",
-                    unix_ms(SystemTime::now()).saturating_sub(ms) / 1000
+                    unix_ms(clock::wall()).saturating_sub(ms) / 1000
                 )),
             uplink["backoff_ms"]
                 .as_u64()

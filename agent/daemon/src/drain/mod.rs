@@ -24,7 +24,7 @@ pub mod tracker;
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::topic::{batch_topic, status_topic};
@@ -38,6 +38,7 @@ use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde::Serialize;
 use tokio::sync::{Notify, watch};
 
+use crate::clock::{self, unix_ms, unix_ns};
 use crate::config::{Machine, Uplink as UplinkConfig};
 use crate::pacing::backoff::Backoff;
 use crate::pacing::token_bucket::TokenBucket;
@@ -142,16 +143,6 @@ pub enum DrainError {
     Topic,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn unix_ns(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 fn tier_index(tier: Tier) -> usize {
     match tier {
         Tier::Safety => 0,
@@ -197,7 +188,7 @@ impl Drain {
         };
         let bucket = config
             .bandwidth_bytes_per_s
-            .map(|rate| TokenBucket::new(rate, rate.max(64 * 1024), Instant::now()));
+            .map(|rate| TokenBucket::new(rate, rate.max(64 * 1024), clock::instant()));
         Ok(Self {
             encoder: BatchEncoder::new(config.compression_level)?,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
@@ -224,7 +215,7 @@ impl Drain {
             machine_id: self.machine.id.clone(),
             site_id: self.machine.site.clone(),
             online,
-            time_unix_ns: unix_ns(SystemTime::now()),
+            time_unix_ns: unix_ns(clock::wall()),
             agent_epoch: self.header.agent_epoch,
             agent_version: self.header.agent_version.clone(),
             machine_class: self.machine.class.clone(),
@@ -284,7 +275,7 @@ impl Drain {
         let mut next_send_at: Option<Instant> = None;
         loop {
             if *shutdown.borrow() && draining_since.is_none() {
-                draining_since = Some(Instant::now());
+                draining_since = Some(clock::instant());
             }
             if let Some(since) = draining_since
                 && (!connected || self.tracker.is_empty() || since.elapsed() >= SHUTDOWN_GRACE)
@@ -333,7 +324,7 @@ impl Drain {
     /// Submits batches while the window, the bandwidth cap and the queue allow. Returns when the
     /// bandwidth cap lets the next batch go, if it is holding one back.
     fn fill_window(&mut self, client: &AsyncClient) -> Option<Instant> {
-        let now = Instant::now();
+        let now = clock::instant();
         for (slot, until) in self.parked_until.iter_mut().enumerate() {
             if until.is_some_and(|until| until <= now) {
                 *until = None;
@@ -382,7 +373,7 @@ impl Drain {
     /// Takes the next batch the queue offers (skipping parked tiers) and encodes it into
     /// `self.payload`.
     fn encode_next(&mut self) -> Option<Sent> {
-        let now = Instant::now();
+        let now = clock::instant();
         let parked = self
             .parked_until
             .map(|until| until.is_some_and(|t| t > now));
@@ -408,7 +399,7 @@ impl Drain {
         self.header.first_seq = batch.first_seq();
         self.header.last_seq = batch.last_seq();
         self.header.agent_epoch = batch.epoch();
-        self.header.sent_time_unix_ns = unix_ns(SystemTime::now());
+        self.header.sent_time_unix_ns = unix_ns(clock::wall());
         let sent = Sent::Batch {
             tier: batch.tier(),
             first: batch.first_seq(),
@@ -447,10 +438,10 @@ impl Drain {
     }
 
     fn park(&mut self, slot: usize, reason: &str) {
-        let until = Instant::now() + PARK_DURATION;
+        let until = clock::instant() + PARK_DURATION;
         self.parked_until[slot] = Some(until);
         let mut stats = self.stats.borrow_mut();
-        stats.parked_until_unix_ms[slot] = Some(unix_ms(SystemTime::now() + PARK_DURATION));
+        stats.parked_until_unix_ms[slot] = Some(unix_ms(clock::wall() + PARK_DURATION));
         stats.last_refusal = Some(reason.to_owned());
     }
 
@@ -535,7 +526,7 @@ impl Drain {
         };
         match reason {
             PubAckReason::Success => {
-                let now = SystemTime::now();
+                let now = clock::wall();
                 self.queue.borrow_mut().ack(tier, first..=last, now);
                 let mut stats = self.stats.borrow_mut();
                 stats.last_ack_unix_ms = Some(unix_ms(now));
@@ -563,7 +554,7 @@ impl Drain {
             PubAckReason::NoMatchingSubscribers => {
                 self.queue
                     .borrow_mut()
-                    .ack(tier, first..=last, SystemTime::now());
+                    .ack(tier, first..=last, clock::wall());
                 None
             }
             refusal => {
