@@ -11,6 +11,8 @@
 //! - [`status`]: the status file `run` writes and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
 //! - [`clock`]: the agent's one clock: wall and monotonic time, the sampling loop's tick.
+//! - [`spool`]: the one handle on the queue, the group-commit flusher, the samplers' sink and the
+//!   one "records are durable" signal.
 //! - [`pacing`]: backoff and token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
@@ -28,5 +30,6 @@ pub mod ingest;
 pub mod pacing;
 pub mod placement;
 pub mod run;
+pub mod spool;
 pub mod status;
 pub mod systemd;

@@ -20,11 +20,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use edgewatch_proto::v1::{Event, Tier};
-use edgewatch_queue::{FlushOutcome, PerTier, Queue};
-use tokio::sync::{Notify, watch};
+use edgewatch_proto::v1::Tier;
+use edgewatch_queue::Queue;
+use tokio::sync::watch;
 
-use edgewatch_samplers::EventSink;
 use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler};
 use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
 use edgewatch_samplers::thermal::{
@@ -36,6 +35,7 @@ use crate::config::Config;
 use crate::drain::{Drain, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
 use crate::placement;
+use crate::spool::{SamplerSink, Spool};
 use crate::status::{SnapshotView, SourceListWriter, SourceStatus, StatusWriter};
 use crate::systemd::Notifier;
 
@@ -57,46 +57,6 @@ pub enum RunError {
     /// The local socket could not be opened.
     #[error("ingest socket: {0}")]
     Ingest(std::io::Error),
-}
-
-/// Durable sequence numbers per tier, as of the last flush.
-pub type Durable = watch::Receiver<PerTier<u64>>;
-
-/// The queue and the signals around it, shared by the tasks of the runtime.
-#[derive(Clone)]
-pub struct Shared {
-    /// The queue itself.
-    pub queue: Rc<RefCell<Queue>>,
-    /// Wakes the flusher after an append.
-    pub appended: Rc<Notify>,
-    /// Wakes the uplink when new records became durable.
-    pub durable_changed: Rc<Notify>,
-    /// Durable sequence numbers.
-    pub durable: Durable,
-}
-
-impl Shared {
-    /// Appends an event and wakes the flusher. Errors are logged and counted by the queue.
-    pub fn append(&self, tier: Tier, event: &Event) -> Result<u64, edgewatch_queue::AppendError> {
-        let result = self.queue.borrow_mut().append(tier, event, clock::wall());
-        self.appended.notify_one();
-        result
-    }
-
-    /// Waits until `seq` of `tier` is durable.
-    pub async fn wait_durable(&self, tier: Tier, seq: u64) {
-        let mut durable = self.durable.clone();
-        let _ = durable
-            .wait_for(|durable| {
-                let reached = match tier {
-                    Tier::Safety => durable.safety,
-                    Tier::Slo => durable.slo,
-                    Tier::Debug | Tier::Unspecified => durable.debug,
-                };
-                reached >= seq
-            })
-            .await;
-    }
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -122,13 +82,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
 }
 
 async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError> {
-    let (durable_tx, durable_rx) = watch::channel(durable_of(&queue));
-    let shared = Shared {
-        queue: Rc::new(RefCell::new(queue)),
-        appended: Rc::new(Notify::new()),
-        durable_changed: Rc::new(Notify::new()),
-        durable: durable_rx,
-    };
+    let (spool, flusher) = Spool::new(queue);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let uplink_stats = Rc::new(RefCell::new(DrainStats::default()));
     let ingest_stats = Rc::new(RefCell::new(IngestStats::default()));
@@ -137,15 +91,13 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         config.uplink.clone(),
         config.machine.clone(),
         epoch,
-        Rc::clone(&shared.queue),
-        Rc::clone(&shared.durable_changed),
+        spool.clone(),
         Rc::clone(&uplink_stats),
     )?;
-    let ingest = IngestServer::bind(&config.ingest, shared.clone(), Rc::clone(&ingest_stats))
+    let ingest = IngestServer::bind(&config.ingest, spool.clone(), Rc::clone(&ingest_stats))
         .map_err(RunError::Ingest)?;
 
-    let flusher =
-        tokio::task::spawn_local(flush_loop(shared.clone(), durable_tx, shutdown_rx.clone()));
+    let flusher = tokio::task::spawn_local(flusher.run(shutdown_rx.clone()));
     let uplink_task = tokio::task::spawn_local(uplink.run(shutdown_rx.clone()));
     let ingest_task = tokio::task::spawn_local(ingest.serve(shutdown_rx.clone()));
     let sources = Rc::new(RefCell::new(Vec::new()));
@@ -153,19 +105,19 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         config.deadline.clone(),
         config.model.clone(),
         config.thermal.clone(),
-        shared.clone(),
+        spool.clone(),
         Rc::clone(&sources),
         shutdown_rx.clone(),
     ));
     let health = tokio::task::spawn_local(health_loop(
-        shared.clone(),
+        spool.clone(),
         Rc::clone(&uplink_stats),
         Rc::clone(&ingest_stats),
         shutdown_rx.clone(),
     ));
     let status = StatusWriter::new(config.status_file.clone());
     let reporter = tokio::task::spawn_local(report_loop(
-        Rc::clone(&shared.queue),
+        spool.clone(),
         status,
         Rc::clone(&uplink_stats),
         Rc::clone(&ingest_stats),
@@ -190,68 +142,16 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     let _ = reporter.await;
     let _ = flusher.await;
     // Whatever the tasks left pending becomes durable before exit.
-    if let Err(error) = shared.queue.borrow_mut().flush(clock::wall()) {
+    if let Err(error) = spool.queue_mut().flush(clock::wall()) {
         tracing::error!(%error, "The final flush failed.");
     }
     tracing::info!("Stopped.");
     Ok(())
 }
 
-fn durable_of(queue: &Queue) -> PerTier<u64> {
-    PerTier {
-        safety: queue.durable_seq(Tier::Safety),
-        slo: queue.durable_seq(Tier::Slo),
-        debug: queue.durable_seq(Tier::Debug),
-    }
-}
-
-/// Group commit: flushes when the queue says a flush is due, wakes waiters and the uplink.
-async fn flush_loop(
-    shared: Shared,
-    durable: watch::Sender<PerTier<u64>>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let next = shared.queue.borrow().next_flush_at();
-        let wait = next.map(|at| at.duration_since(clock::wall()).unwrap_or(Duration::ZERO));
-        tokio::select! {
-            () = async {
-                match wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
-                    // Nothing pending: wait for an append, but wake now and then for expiry,
-                    // status snapshots and store retries.
-                    None => { let _ = tokio::time::timeout(Duration::from_secs(1), shared.appended.notified()).await; }
-                }
-            } => {}
-            _ = shutdown.changed() => return,
-        }
-        let now = clock::wall();
-        if !shared.queue.borrow().flush_due(now) {
-            continue;
-        }
-        let outcome: Result<FlushOutcome, _> = shared.queue.borrow_mut().flush(now);
-        match outcome {
-            Ok(outcome) => {
-                durable.send_if_modified(|current| {
-                    let changed = *current != outcome.durable;
-                    *current = outcome.durable;
-                    changed
-                });
-                if outcome.committed {
-                    shared.durable_changed.notify_one();
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "A queue flush failed; it is retried.");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
 /// Writes the status file every second.
 async fn report_loop(
-    queue: Rc<RefCell<Queue>>,
+    spool: Spool,
     mut status: StatusWriter,
     uplink: Rc<RefCell<DrainStats>>,
     ingest: Rc<RefCell<IngestStats>>,
@@ -265,7 +165,7 @@ async fn report_loop(
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        queue.borrow_mut().refresh_status_snapshot(clock::wall());
+        spool.queue_mut().refresh_status_snapshot(clock::wall());
         let (uplink, ingest, sources) = (uplink.borrow(), ingest.borrow(), sources.borrow());
         let snapshot = SnapshotView::now(started, &uplink, &ingest, &sources);
         if let Err(error) = status.write(&snapshot) {
@@ -276,7 +176,7 @@ async fn report_loop(
 
 /// Sends an `AgentHealth` event to the debug tier every minute.
 async fn health_loop(
-    shared: Shared,
+    spool: Spool,
     uplink: Rc<RefCell<DrainStats>>,
     ingest: Rc<RefCell<IngestStats>>,
     mut shutdown: watch::Receiver<bool>,
@@ -291,7 +191,7 @@ async fn health_loop(
             _ = shutdown.changed() => return,
         }
         let now = clock::wall();
-        let queue = shared.queue.borrow().status(now);
+        let queue = spool.queue().status(now);
         let event = reporter.build(
             now,
             clock::monotonic_ns(),
@@ -299,26 +199,8 @@ async fn health_loop(
             &uplink.borrow(),
             &ingest.borrow(),
         );
-        if let Err(error) = shared.append(Tier::Debug, event) {
+        if let Err(error) = spool.append(Tier::Debug, event) {
             tracing::debug!(%error, "The health report was not queued.");
-        }
-    }
-}
-
-/// The queue as the samplers' sink.
-struct QueueSink {
-    shared: Shared,
-    refused: u64,
-}
-
-impl EventSink for QueueSink {
-    fn emit(&mut self, tier: Tier, event: &Event) {
-        if let Err(error) = self.shared.append(tier, event) {
-            // The queue counts and reports what it refuses; one log line per hundred here.
-            if self.refused.is_multiple_of(100) {
-                tracing::warn!(%error, ?tier, refused = self.refused, "The queue refused a sampled event.");
-            }
-            self.refused += 1;
         }
     }
 }
@@ -329,13 +211,13 @@ async fn sample_loop(
     deadline: DeadlineConfig,
     model: Option<ModelConfig>,
     thermal: ThermalConfig,
-    shared: Shared,
+    spool: Spool,
     sources: Rc<RefCell<Vec<SourceStatus>>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut sampler = DeadlineSampler::new(deadline, clock::now());
     let mut watcher = model.map(ModelWatcher::new);
-    let mut sink = QueueSink { shared, refused: 0 };
+    let mut sink = SamplerSink::new(spool);
     let mut sysfs = match SysfsReader::open(&thermal.sysfs) {
         Ok(reader) => Some(reader),
         Err(error) => {

@@ -29,19 +29,20 @@ use std::time::{Duration, Instant};
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
-use edgewatch_queue::{BatchLimits, Queue};
+use edgewatch_queue::BatchLimits;
 use prost::Message;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, LastWill, Packet, PubAckReason};
 use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde::Serialize;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::clock::{self, unix_ms, unix_ns};
 use crate::config::{Machine, Uplink as UplinkConfig};
 use crate::pacing::backoff::Backoff;
 use crate::pacing::token_bucket::TokenBucket;
+use crate::spool::{DurableChanges, Spool};
 use tracker::Tracker;
 
 /// Bytes an MQTT PUBLISH adds around topic and payload (fixed header, lengths, packet id,
@@ -105,8 +106,9 @@ enum Sent {
 pub struct Drain {
     config: UplinkConfig,
     machine: Machine,
-    queue: Rc<RefCell<Queue>>,
-    wake: Rc<Notify>,
+    spool: Spool,
+    /// Wakes the drain when records became durable.
+    wake: DurableChanges,
     stats: Rc<RefCell<DrainStats>>,
     topics: [String; 3],
     status_topic: String,
@@ -152,13 +154,12 @@ fn tier_index(tier: Tier) -> usize {
 }
 
 impl Drain {
-    /// A drain emptying `queue` under `machine`'s identity.
+    /// A drain emptying `spool`'s queue under `machine`'s identity.
     pub fn new(
         config: UplinkConfig,
         machine: Machine,
         agent_epoch: u64,
-        queue: Rc<RefCell<Queue>>,
-        wake: Rc<Notify>,
+        spool: Spool,
         stats: Rc<RefCell<DrainStats>>,
     ) -> Result<Self, DrainError> {
         let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(DrainError::Topic);
@@ -195,8 +196,8 @@ impl Drain {
             batch_bytes: config.max_batch_bytes,
             config,
             machine,
-            queue,
-            wake,
+            wake: spool.durable_changes(),
+            spool,
             stats,
             topics,
             status_topic,
@@ -299,7 +300,7 @@ impl Drain {
                 biased;
                 _ = shutdown.changed(), if draining_since.is_none() => continue,
                 event = events.poll() => event,
-                () = self.wake.notified(), if window_open => continue,
+                () = self.wake.changed(), if window_open => continue,
                 () = send_timer => continue,
                 () = tokio::time::sleep(SHUTDOWN_GRACE), if draining_since.is_some() => continue,
             };
@@ -377,7 +378,7 @@ impl Drain {
         let parked = self
             .parked_until
             .map(|until| until.is_some_and(|t| t > now));
-        let mut queue = self.queue.borrow_mut();
+        let mut queue = self.spool.queue_mut();
         let limits = BatchLimits {
             max_records: self.config.max_batch_events,
             max_bytes: self.batch_bytes,
@@ -431,7 +432,7 @@ impl Drain {
                     tier_index(Tier::try_from(self.header.tier).unwrap_or(Tier::Debug)),
                     &error.to_string(),
                 );
-                self.queue.borrow_mut().requeue_unacked();
+                self.spool.queue_mut().requeue_unacked();
                 None
             }
         }
@@ -527,7 +528,7 @@ impl Drain {
         match reason {
             PubAckReason::Success => {
                 let now = clock::wall();
-                self.queue.borrow_mut().ack(tier, first..=last, now);
+                self.spool.queue_mut().ack(tier, first..=last, now);
                 let mut stats = self.stats.borrow_mut();
                 stats.last_ack_unix_ms = Some(unix_ms(now));
                 stats.batches_acked += 1;
@@ -552,8 +553,8 @@ impl Drain {
                 Some("no subscribers".to_owned())
             }
             PubAckReason::NoMatchingSubscribers => {
-                self.queue
-                    .borrow_mut()
+                self.spool
+                    .queue_mut()
                     .ack(tier, first..=last, clock::wall());
                 None
             }
@@ -595,7 +596,7 @@ impl Drain {
         // Everything not acknowledged goes back to the queue; its PUBACKs may still arrive (they
         // were read before the failure) and are matched against `stale`.
         self.stale = self.tracker.take_written();
-        self.queue.borrow_mut().requeue_unacked();
+        self.spool.queue_mut().requeue_unacked();
         let mut stats = self.stats.borrow_mut();
         stats.connected = false;
         stats.disconnects += 1;
@@ -636,7 +637,7 @@ impl Drain {
             }
         }
         self.tracker = Tracker::default();
-        self.queue.borrow_mut().requeue_unacked();
+        self.spool.queue_mut().requeue_unacked();
         self.stats.borrow_mut().connected = false;
         Ok(())
     }

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use crate::clock;
 use crate::config::{Config, Ingest};
 use crate::pacing::token_bucket::TokenBucket;
-use crate::run::Shared;
+use crate::spool::Spool;
 
 /// Counters for `status`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -50,7 +50,7 @@ pub struct IngestStats {
 pub struct IngestServer {
     listener: UnixListener,
     settings: Ingest,
-    shared: Shared,
+    spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
 }
 
@@ -58,7 +58,7 @@ impl IngestServer {
     /// Binds the socket at the configured path with the configured mode and group.
     pub fn bind(
         settings: &Ingest,
-        shared: Shared,
+        spool: Spool,
         stats: Rc<RefCell<IngestStats>>,
     ) -> std::io::Result<Self> {
         remove_stale_socket(&settings.socket)?;
@@ -76,7 +76,7 @@ impl IngestServer {
         Ok(Self {
             listener,
             settings: settings.clone(),
-            shared,
+            spool,
             stats,
         })
     }
@@ -99,7 +99,7 @@ impl IngestServer {
             tokio::task::spawn_local(serve_connection(
                 stream,
                 self.settings.clone(),
-                self.shared.clone(),
+                self.spool.clone(),
                 Rc::clone(&self.stats),
                 shutdown.clone(),
             ));
@@ -138,7 +138,7 @@ fn set_group(path: &Path, group: &str) -> std::io::Result<()> {
 async fn serve_connection(
     mut stream: UnixStream,
     settings: Ingest,
-    shared: Shared,
+    spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -179,18 +179,18 @@ async fn serve_connection(
             };
             let wait = bucket.wait_for(1, clock::instant());
             if !wait.is_zero() {
-                if answered.send(&mut stream, &shared, &stats).await.is_err() {
+                if answered.send(&mut stream, &spool, &stats).await.is_err() {
                     return;
                 }
                 tokio::time::sleep(wait).await;
             }
             bucket.take(1, clock::instant());
             let body = &buf[offset + body.start..offset + body.end];
-            answered.push(accept(body, &shared));
+            answered.push(accept(body, &spool));
             offset += consumed;
         }
         buf.drain(..offset);
-        if answered.send(&mut stream, &shared, &stats).await.is_err() || fatal {
+        if answered.send(&mut stream, &spool, &stats).await.is_err() || fatal {
             return;
         }
     }
@@ -212,7 +212,7 @@ impl Answers {
     async fn send(
         &mut self,
         stream: &mut UnixStream,
-        shared: &Shared,
+        spool: &Spool,
         stats: &Rc<RefCell<IngestStats>>,
     ) -> std::io::Result<()> {
         if self.outcomes.is_empty() {
@@ -227,7 +227,7 @@ impl Answers {
             })
             .max();
         if let Some(seq) = last_safety {
-            shared.wait_durable(Tier::Safety, seq).await;
+            spool.wait_durable(Tier::Safety, seq).await;
         }
         self.encoded.clear();
         {
@@ -251,7 +251,7 @@ impl Answers {
 }
 
 /// Decodes, stamps and appends one submission.
-fn accept(body: &[u8], shared: &Shared) -> Result<(Tier, u64), String> {
+fn accept(body: &[u8], spool: &Spool) -> Result<(Tier, u64), String> {
     let (tier, mut event) = codec::decode_submission(body).map_err(|error| error.to_string())?;
     if event.event_time_unix_ns == 0 {
         event.event_time_unix_ns = clock::unix_ns(clock::wall());
@@ -259,7 +259,7 @@ fn accept(body: &[u8], shared: &Shared) -> Result<(Tier, u64), String> {
     if event.monotonic_ns == 0 {
         event.monotonic_ns = clock::monotonic_ns();
     }
-    let seq = shared
+    let seq = spool
         .append(tier, &event)
         .map_err(|error| error.to_string())?;
     Ok((tier, seq))
