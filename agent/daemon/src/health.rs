@@ -1,21 +1,26 @@
 //! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
 //! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
-//! logging in to it.
+//! logging in to it. [`HealthReporter`] builds the event; [`report_loop`] is the task that
+//! queues it.
 //!
 //! Invariants:
 //! - The event is built in one reused structure: after the first report, reporting does not
 //!   allocate.
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
 
+use std::cell::RefCell;
 use std::io::Read;
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
+use tokio::sync::watch;
 
 use crate::clock;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
+use crate::spool::Spool;
 
 /// How often the agent reports its health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
@@ -110,6 +115,38 @@ impl HealthReporter {
         // SAFETY: sysconf has no memory preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         resident * u64::try_from(page).unwrap_or(4096)
+    }
+}
+
+/// Sends an `AgentHealth` event to the debug tier every [`HEALTH_INTERVAL`], the first at once,
+/// until `shutdown` turns true.
+pub async fn report_loop(
+    spool: Spool,
+    drain: Rc<RefCell<DrainStats>>,
+    ingest: Rc<RefCell<IngestStats>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut reporter = HealthReporter::new(clock::wall());
+    let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: report once at start.
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = clock::wall();
+        let queue = spool.queue().status(now);
+        let event = reporter.build(
+            now,
+            clock::monotonic_ns(),
+            &queue,
+            &drain.borrow(),
+            &ingest.borrow(),
+        );
+        if let Err(error) = spool.append(Tier::Debug, event) {
+            tracing::debug!(%error, "The health report was not queued.");
+        }
     }
 }
 

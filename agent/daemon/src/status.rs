@@ -1,21 +1,28 @@
-//! The agent's status, for `edgewatch-agent status`: written by `run` to a file every second
-//! (atomically: a temporary file renamed into place), read by `status` without ever touching the
-//! running agent. The queue writes its own snapshot beside its database the same way.
+//! The agent's status, for `edgewatch-agent status`: written by the running agent's
+//! [`write_loop`] to a file every second (atomically: a temporary file renamed into place), read by
+//! `status` without ever touching the running agent. The queue writes its own snapshot beside its
+//! database the same way, asked by the same loop.
 //!
 //! Invariants:
-//! - Reading status never blocks or disturbs `run`: it only reads files.
+//! - Reading status never blocks or disturbs the running agent: it only reads files.
+//! - Writing a snapshot allocates nothing once warm: a reused buffer, a view borrowed from the
+//!   live counters, a source list rewritten in place.
 //! - A snapshot older than [`STALE_AFTER`] is reported as such (the agent is not running or stuck).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use edgewatch_queue::QueueStatus;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::clock::{self, unix_ms};
 use crate::config::Config;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
+use crate::spool::Spool;
 
 /// A status file older than this means the agent is not updating it.
 pub const STALE_AFTER: Duration = Duration::from_secs(5);
@@ -165,6 +172,32 @@ impl Drop for SourceListWriter<'_> {
     /// Drops the entries not rewritten this time.
     fn drop(&mut self) {
         self.list.truncate(self.len);
+    }
+}
+
+/// Writes the status file every second, after the queue rewrote its own snapshot, until
+/// `shutdown` turns true.
+pub async fn write_loop(
+    spool: Spool,
+    mut status: StatusWriter,
+    drain: Rc<RefCell<DrainStats>>,
+    ingest: Rc<RefCell<IngestStats>>,
+    sources: Rc<RefCell<Vec<SourceStatus>>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let started = clock::wall();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        spool.queue_mut().refresh_status_snapshot(clock::wall());
+        let (drain, ingest, sources) = (drain.borrow(), ingest.borrow(), sources.borrow());
+        let snapshot = SnapshotView::now(started, &drain, &ingest, &sources);
+        if let Err(error) = status.write(&snapshot) {
+            tracing::warn!(%error, "The status file could not be written.");
+        }
     }
 }
 
