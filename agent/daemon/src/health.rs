@@ -1,20 +1,26 @@
 //! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
 //! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
-//! logging in to it.
+//! logging in to it. [`HealthReporter`] builds the event; [`report_loop`] is the task that
+//! queues it.
 //!
 //! Invariants:
 //! - The event is built in one reused structure: after the first report, reporting does not
 //!   allocate.
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
 
+use std::cell::RefCell;
 use std::io::Read;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
+use tokio::sync::watch;
 
+use crate::clock;
+use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
-use crate::uplink::UplinkStats;
+use crate::spool::Spool;
 
 /// How often the agent reports its health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
@@ -59,13 +65,11 @@ impl HealthReporter {
         now: SystemTime,
         monotonic_ns: u64,
         queue: &QueueStatus,
-        uplink: &UplinkStats,
+        drain: &DrainStats,
         ingest: &IngestStats,
     ) -> &Event {
         let rss_bytes = self.rss_bytes();
-        self.event.event_time_unix_ns = now
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        self.event.event_time_unix_ns = clock::unix_ns(now);
         self.event.monotonic_ns = monotonic_ns;
         if let Some(event::Kind::AgentHealth(health)) = &mut self.event.kind {
             health.uptime_seconds = now
@@ -76,8 +80,8 @@ impl HealthReporter {
             health.offline_window_seconds = queue
                 .offline_window
                 .map_or(f64::INFINITY, |window| window.as_secs_f64());
-            health.publishes_refused = uplink.refused;
-            health.reconnects = uplink.disconnects;
+            health.publishes_refused = drain.refused;
+            health.reconnects = drain.disconnects;
             health.local_rejected = ingest.rejected;
             for (slot, tier) in health.tiers.iter_mut().zip([
                 &queue.tiers.safety,
@@ -114,6 +118,38 @@ impl HealthReporter {
     }
 }
 
+/// Sends an `AgentHealth` event to the debug tier every [`HEALTH_INTERVAL`], the first at once,
+/// until `shutdown` turns true.
+pub async fn report_loop(
+    spool: Spool,
+    drain: Rc<RefCell<DrainStats>>,
+    ingest: Rc<RefCell<IngestStats>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut reporter = HealthReporter::new(clock::wall());
+    let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: report once at start.
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = clock::wall();
+        let queue = spool.queue().status(now);
+        let event = reporter.build(
+            now,
+            clock::monotonic_ns(),
+            &queue,
+            &drain.borrow(),
+            &ingest.borrow(),
+        );
+        if let Err(error) = spool.append(Tier::Debug, event) {
+            tracing::debug!(%error, "The health report was not queued.");
+        }
+    }
+}
+
 /// User plus system CPU time of the process so far.
 pub fn cpu_seconds() -> f64 {
     // SAFETY: rusage is plain data; getrusage fills the one we pass.
@@ -135,15 +171,15 @@ mod tests {
         let mut reporter = HealthReporter::new(SystemTime::now() - Duration::from_secs(5));
         let mut queue = QueueStatus::default();
         queue.tiers.debug.records = 42;
-        let uplink = UplinkStats {
+        let drain = DrainStats {
             refused: 2,
-            ..UplinkStats::default()
+            ..DrainStats::default()
         };
         let event = reporter.build(
             SystemTime::now(),
             1,
             &queue,
-            &uplink,
+            &drain,
             &IngestStats::default(),
         );
         let Some(event::Kind::AgentHealth(health)) = &event.kind else {

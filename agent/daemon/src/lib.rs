@@ -4,13 +4,22 @@
 //! Layout:
 //! - [`config`]: the TOML configuration, raw then validated.
 //! - [`placement`]: cores, SCHED_IDLE and the idle I/O class.
-//! - [`run`]: the daemon: one current-thread runtime running every task.
-//! - [`uplink`]: MQTT v5 drain, safety first, deletion only on PUBACK.
+//! - [`run`]: the daemon's wiring: one current-thread runtime running the tasks below.
+//! - [`spool`]: the one handle on the queue, the group-commit flusher, the samplers' sink and the
+//!   one "records are durable" signal.
+//! - [`sampling`]: the sampling loop (probes, model, sysfs, tegrastats) and its source statuses.
+//! - [`drain`]: empties the queue over MQTT v5 (the `[uplink]` section), safety first, deletion
+//!   only on PUBACK.
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
-//! - [`status`]: the status file `run` writes and `status` reads.
+//! - [`status`]: the status file the agent writes every second and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
+//! - [`clock`]: the agent's one clock: wall and monotonic time, the sampling loop's tick.
 //! - [`pacing`]: backoff and token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
+//!
+//! Module dependencies point one way: `run` imports the tasks (`sampling`, `drain`, `ingest`,
+//! `status`, `health`); they import `spool`, `clock`, `config` and `pacing`, and `status`, `health`
+//! and `sampling` also read the types of the tasks they report on. Nothing imports `run`.
 //!
 //! Invariants:
 //! - The agent never shares a core with a control loop and never takes a lock a loop could wait
@@ -18,13 +27,15 @@
 //! - Nothing is lost silently: a record leaves the queue on a broker acknowledgement or as a
 //!   counted, reported loss.
 
+pub mod clock;
 pub mod config;
+pub mod drain;
 pub mod health;
 pub mod ingest;
 pub mod pacing;
 pub mod placement;
 pub mod run;
+pub mod sampling;
+pub mod spool;
 pub mod status;
 pub mod systemd;
-pub mod ticker;
-pub mod uplink;

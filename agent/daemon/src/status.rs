@@ -1,20 +1,28 @@
-//! The agent's status, for `edgewatch-agent status`: written by `run` to a file every second
-//! (atomically: a temporary file renamed into place), read by `status` without ever touching the
-//! running agent. The queue writes its own snapshot beside its database the same way.
+//! The agent's status, for `edgewatch-agent status`: written by the running agent's
+//! [`write_loop`] to a file every second (atomically: a temporary file renamed into place), read by
+//! `status` without ever touching the running agent. The queue writes its own snapshot beside its
+//! database the same way, asked by the same loop.
 //!
 //! Invariants:
-//! - Reading status never blocks or disturbs `run`: it only reads files.
+//! - Reading status never blocks or disturbs the running agent: it only reads files.
+//! - Writing a snapshot allocates nothing once warm: a reused buffer, a view borrowed from the
+//!   live counters, a source list rewritten in place.
 //! - A snapshot older than [`STALE_AFTER`] is reported as such (the agent is not running or stuck).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
 
 use edgewatch_queue::QueueStatus;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
+use crate::clock::{self, unix_ms};
 use crate::config::Config;
+use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
-use crate::uplink::UplinkStats;
+use crate::spool::Spool;
 
 /// A status file older than this means the agent is not updating it.
 pub const STALE_AFTER: Duration = Duration::from_secs(5);
@@ -49,11 +57,6 @@ pub struct SourceStatus {
     pub last_sample_age_s: Option<f64>,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// What `run` writes every second: the same fields as [`AgentSnapshot`], borrowed from the
 /// live counters so that writing a snapshot allocates nothing.
 #[derive(Debug, Serialize)]
@@ -67,7 +70,7 @@ pub struct SnapshotView<'a> {
     /// Seconds since the agent started.
     pub uptime_s: u64,
     /// Uplink state.
-    pub uplink: &'a UplinkStats,
+    pub uplink: &'a DrainStats,
     /// Local ingest counters.
     pub ingest: &'a IngestStats,
     /// Sampling sources and the age of their last sample.
@@ -78,11 +81,11 @@ impl<'a> SnapshotView<'a> {
     /// The snapshot as of now.
     pub fn now(
         started: SystemTime,
-        uplink: &'a UplinkStats,
+        uplink: &'a DrainStats,
         ingest: &'a IngestStats,
         sources: &'a [SourceStatus],
     ) -> Self {
-        let now = SystemTime::now();
+        let now = clock::wall();
         Self {
             as_of_unix_ms: unix_ms(now),
             pid: std::process::id(),
@@ -169,6 +172,32 @@ impl Drop for SourceListWriter<'_> {
     /// Drops the entries not rewritten this time.
     fn drop(&mut self) {
         self.list.truncate(self.len);
+    }
+}
+
+/// Writes the status file every second, after the queue rewrote its own snapshot, until
+/// `shutdown` turns true.
+pub async fn write_loop(
+    spool: Spool,
+    mut status: StatusWriter,
+    drain: Rc<RefCell<DrainStats>>,
+    ingest: Rc<RefCell<IngestStats>>,
+    sources: Rc<RefCell<Vec<SourceStatus>>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let started = clock::wall();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        spool.queue_mut().refresh_status_snapshot(clock::wall());
+        let (drain, ingest, sources) = (drain.borrow(), ingest.borrow(), sources.borrow());
+        let snapshot = SnapshotView::now(started, &drain, &ingest, &sources);
+        if let Err(error) = status.write(&snapshot) {
+            tracing::warn!(%error, "The status file could not be written.");
+        }
     }
 }
 
@@ -284,7 +313,7 @@ pub fn read(config: &Config) -> Status {
             None
         }
     };
-    let now = unix_ms(SystemTime::now());
+    let now = unix_ms(clock::wall());
     let agent_running = agent.as_ref().is_some_and(|snapshot| {
         now.saturating_sub(snapshot.as_of_unix_ms) <= STALE_AFTER.as_millis() as u64
     });
@@ -336,7 +365,7 @@ pub fn render_text(status: &Status) -> String {
                 .as_u64()
                 .map_or("never".to_owned(), |ms| format!(
                     "{} s ago",
-                    unix_ms(SystemTime::now()).saturating_sub(ms) / 1000
+                    unix_ms(clock::wall()).saturating_sub(ms) / 1000
                 )),
             uplink["backoff_ms"]
                 .as_u64()

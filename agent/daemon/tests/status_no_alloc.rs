@@ -8,11 +8,11 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
+use edgewatch_agent::drain::DrainStats;
 use edgewatch_agent::ingest::IngestStats;
 use edgewatch_agent::status::{
     AgentSnapshot, SnapshotView, SourceListWriter, SourceStatus, StatusWriter,
 };
-use edgewatch_agent::uplink::UplinkStats;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
@@ -87,9 +87,9 @@ fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
     let path = dir.path().join("agent-status.json");
     let mut writer = StatusWriter::new(path.clone());
     let mut sources = Vec::new();
-    let mut uplink = UplinkStats {
+    let mut uplink = DrainStats {
         last_refusal: Some("NotAuthorized".into()),
-        ..UplinkStats::default()
+        ..DrainStats::default()
     };
     let mut ingest = IngestStats::default();
     let started = SystemTime::now();

@@ -54,6 +54,9 @@ pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
 pub const PENDING_CAPACITY: usize = 4096;
 /// Smallest budget accepted: room for the loss reports an eviction itself appends.
 pub const MIN_BUDGET_BYTES: u64 = 256 * 1024;
+/// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without
+/// evicting again; every tier's share must hold it beside its largest record.
+pub const LOSS_RESERVE_BYTES: u64 = 4096;
 
 /// Queue settings as the agent's configuration states them.
 #[derive(Clone, Debug, PartialEq)]
@@ -183,7 +186,7 @@ impl QueueConfig {
             .min(self.share_percent.slo)
             .min(self.share_percent.debug);
         if self.budget_bytes / 100 * u64::from(smallest_share)
-            < u64::from(self.max_record_bytes) + crate::queue::LOSS_RESERVE_BYTES
+            < u64::from(self.max_record_bytes) + LOSS_RESERVE_BYTES
         {
             return bad(
                 "budget_bytes",

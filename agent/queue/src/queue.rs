@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
 
-use crate::config::{PENDING_CAPACITY, QueueConfig, ValidConfig};
+use crate::config::{LOSS_RESERVE_BYTES, PENDING_CAPACITY, QueueConfig, ValidConfig};
 use crate::error::{AppendError, FlushError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
@@ -37,9 +37,6 @@ const FRESH_FILE: &str = "queue.redb.new";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
-/// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without
-/// evicting again.
-pub const LOSS_RESERVE_BYTES: u64 = 4096;
 /// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
 pub const MAX_REPORT_BYTES: u64 = 160;
 /// `compact_if_drained` rewrites the file only when it is at least this large...

@@ -1,12 +1,14 @@
 //! The demo's processes: the gateway, one agent per machine and one control loop per machine,
 //! each a real binary writing its output to a log file, and what can be read from them while
-//! they run (agent status files, queue snapshots, the gateway's `/metrics`).
+//! they run (agent status files, queue snapshots, the gateway's `/metrics`) or left behind (a
+//! control loop's JSON summary).
 //!
 //! Invariants:
 //! - Every child is stopped when its handle drops, and dies with the demo if the demo dies
 //!   (`PR_SET_PDEATHSIG`), so a run never leaves processes behind.
 //! - Reading status never disturbs a process: files the agents write, and an HTTP scrape.
 
+use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt as _;
@@ -393,6 +395,36 @@ impl Agent {
     }
 }
 
+/// The part of `edgewatch-synthetic-loop`'s JSON summary the demo uses.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoopSummary {
+    /// Releases passed (run and skipped).
+    pub activations: u64,
+    /// Cycles run and recorded.
+    pub cycles: u64,
+    /// Cycles made to overrun on purpose.
+    pub misses_injected: u64,
+    /// Cycles whose duration exceeded the budget (what the probe counts as misses).
+    pub misses_observed: u64,
+    /// Activations skipped on purpose.
+    pub skipped_injected: u64,
+    /// Fallbacks to the safety controller.
+    pub fallbacks: u64,
+    /// Operator interventions.
+    pub interventions: u64,
+    /// Safe stops.
+    pub safe_stops: u64,
+    /// Seconds per autonomy mode (`autonomous`, `manual`, `teleoperated`, `idle`, `unknown`).
+    pub autonomy_seconds: BTreeMap<String, f64>,
+}
+
+impl LoopSummary {
+    /// Seconds in `mode`.
+    pub fn seconds(&self, mode: &str) -> f64 {
+        self.autonomy_seconds.get(mode).copied().unwrap_or(0.0)
+    }
+}
+
 /// One machine's control loop.
 #[derive(Debug)]
 pub struct ControlLoop {
@@ -435,7 +467,7 @@ impl ControlLoop {
     }
 
     /// The loop's JSON summary, once it has exited cleanly.
-    pub fn summary(&mut self) -> Result<crate::summary::LoopSummary, FleetError> {
+    pub fn summary(&mut self) -> Result<LoopSummary, FleetError> {
         let bad = |reason: String| FleetError::Summary {
             machine: self.id.to_owned(),
             path: self.summary.clone(),

@@ -6,43 +6,12 @@
 //! - Loop numbers are the loops' own tallies, never derived from what the pipeline delivered.
 //! - Times are Unix milliseconds (wall clock), the same clock the agents stamp events with.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{AgentCounts, GatewayCounts};
+use crate::fleet::{AgentCounts, GatewayCounts, LoopSummary};
 use crate::scenario::Role;
-
-/// The part of `edgewatch-synthetic-loop`'s JSON summary the demo uses.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoopSummary {
-    /// Releases passed (run and skipped).
-    pub activations: u64,
-    /// Cycles run and recorded.
-    pub cycles: u64,
-    /// Cycles made to overrun on purpose.
-    pub misses_injected: u64,
-    /// Cycles whose duration exceeded the budget (what the probe counts as misses).
-    pub misses_observed: u64,
-    /// Activations skipped on purpose.
-    pub skipped_injected: u64,
-    /// Fallbacks to the safety controller.
-    pub fallbacks: u64,
-    /// Operator interventions.
-    pub interventions: u64,
-    /// Safe stops.
-    pub safe_stops: u64,
-    /// Seconds per autonomy mode (`autonomous`, `manual`, `teleoperated`, `idle`, `unknown`).
-    pub autonomy_seconds: BTreeMap<String, f64>,
-}
-
-impl LoopSummary {
-    /// Seconds in `mode`.
-    pub fn seconds(&self, mode: &str) -> f64 {
-        self.autonomy_seconds.get(mode).copied().unwrap_or(0.0)
-    }
-}
 
 /// One machine's part of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

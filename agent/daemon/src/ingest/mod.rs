@@ -16,7 +16,6 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use codec::Frame;
 use edgewatch_proto::v1::{
@@ -29,9 +28,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+use crate::clock;
 use crate::config::{Config, Ingest};
 use crate::pacing::token_bucket::TokenBucket;
-use crate::run::Shared;
+use crate::spool::Spool;
 
 /// Counters for `status`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -50,7 +50,7 @@ pub struct IngestStats {
 pub struct IngestServer {
     listener: UnixListener,
     settings: Ingest,
-    shared: Shared,
+    spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
 }
 
@@ -58,7 +58,7 @@ impl IngestServer {
     /// Binds the socket at the configured path with the configured mode and group.
     pub fn bind(
         settings: &Ingest,
-        shared: Shared,
+        spool: Spool,
         stats: Rc<RefCell<IngestStats>>,
     ) -> std::io::Result<Self> {
         remove_stale_socket(&settings.socket)?;
@@ -76,7 +76,7 @@ impl IngestServer {
         Ok(Self {
             listener,
             settings: settings.clone(),
-            shared,
+            spool,
             stats,
         })
     }
@@ -99,7 +99,7 @@ impl IngestServer {
             tokio::task::spawn_local(serve_connection(
                 stream,
                 self.settings.clone(),
-                self.shared.clone(),
+                self.spool.clone(),
                 Rc::clone(&self.stats),
                 shutdown.clone(),
             ));
@@ -138,7 +138,7 @@ fn set_group(path: &Path, group: &str) -> std::io::Result<()> {
 async fn serve_connection(
     mut stream: UnixStream,
     settings: Ingest,
-    shared: Shared,
+    spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -149,7 +149,7 @@ async fn serve_connection(
     let mut bucket = TokenBucket::new(
         u64::from(settings.rate_per_s),
         u64::from(settings.burst),
-        Instant::now(),
+        clock::instant(),
     );
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -177,20 +177,20 @@ async fn serve_connection(
                     break;
                 }
             };
-            let wait = bucket.wait_for(1, Instant::now());
+            let wait = bucket.wait_for(1, clock::instant());
             if !wait.is_zero() {
-                if answered.send(&mut stream, &shared, &stats).await.is_err() {
+                if answered.send(&mut stream, &spool, &stats).await.is_err() {
                     return;
                 }
                 tokio::time::sleep(wait).await;
             }
-            bucket.take(1, Instant::now());
+            bucket.take(1, clock::instant());
             let body = &buf[offset + body.start..offset + body.end];
-            answered.push(accept(body, &shared));
+            answered.push(accept(body, &spool));
             offset += consumed;
         }
         buf.drain(..offset);
-        if answered.send(&mut stream, &shared, &stats).await.is_err() || fatal {
+        if answered.send(&mut stream, &spool, &stats).await.is_err() || fatal {
             return;
         }
     }
@@ -212,7 +212,7 @@ impl Answers {
     async fn send(
         &mut self,
         stream: &mut UnixStream,
-        shared: &Shared,
+        spool: &Spool,
         stats: &Rc<RefCell<IngestStats>>,
     ) -> std::io::Result<()> {
         if self.outcomes.is_empty() {
@@ -227,7 +227,7 @@ impl Answers {
             })
             .max();
         if let Some(seq) = last_safety {
-            shared.wait_durable(Tier::Safety, seq).await;
+            spool.wait_durable(Tier::Safety, seq).await;
         }
         self.encoded.clear();
         {
@@ -251,32 +251,18 @@ impl Answers {
 }
 
 /// Decodes, stamps and appends one submission.
-fn accept(body: &[u8], shared: &Shared) -> Result<(Tier, u64), String> {
+fn accept(body: &[u8], spool: &Spool) -> Result<(Tier, u64), String> {
     let (tier, mut event) = codec::decode_submission(body).map_err(|error| error.to_string())?;
-    let now = SystemTime::now();
     if event.event_time_unix_ns == 0 {
-        event.event_time_unix_ns = now
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        event.event_time_unix_ns = clock::unix_ns(clock::wall());
     }
     if event.monotonic_ns == 0 {
-        event.monotonic_ns = monotonic_ns();
+        event.monotonic_ns = clock::monotonic_ns();
     }
-    let seq = shared
+    let seq = spool
         .append(tier, &event)
         .map_err(|error| error.to_string())?;
     Ok((tier, seq))
-}
-
-/// CLOCK_MONOTONIC in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// Why `emit` failed.

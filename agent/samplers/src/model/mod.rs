@@ -33,7 +33,6 @@ use std::path::{Path, PathBuf};
 use edgewatch_proto::v1::{Event, ModelSource, ModelVersion, Tier, event::Kind};
 use serde::Deserialize;
 
-use crate::deadline::ConfigError;
 use crate::sink::{EventSink, Now};
 use hasher::{EngineHasher, FileKey, HashError, Step};
 use manifest::{MAX_MANIFEST_BYTES, Manifest};
@@ -64,6 +63,17 @@ pub struct ModelConfig {
     pub manifest: PathBuf,
     /// Bytes of engine hashed per tick.
     pub hash_step_bytes: u64,
+}
+
+/// A `[model]` value the watcher cannot use. The same shape as the deadline section's error, kept
+/// here so that the model module does not depend on the deadline sampler (which depends on it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {key}: {reason}")]
+pub struct ConfigError {
+    /// The key, e.g. `model.hash_step_mib`.
+    pub key: String,
+    /// What it must be.
+    pub reason: String,
 }
 
 impl RawModelSection {

@@ -1,4 +1,4 @@
-//! The uplink: drains the queue over MQTT v5, safety first, deleting nothing before the broker's
+//! The drain: empties the queue over MQTT v5, safety first, deleting nothing before the broker's
 //! acknowledgement.
 //!
 //! The agent owns retransmission (rumqttc drops in-flight publishes on a clean-start reconnect):
@@ -24,23 +24,25 @@ pub mod tracker;
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
-use edgewatch_queue::{BatchLimits, Queue};
+use edgewatch_queue::BatchLimits;
 use prost::Message;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, LastWill, Packet, PubAckReason};
 use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde::Serialize;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use crate::clock::{self, unix_ms, unix_ns};
 use crate::config::{Machine, Uplink as UplinkConfig};
 use crate::pacing::backoff::Backoff;
 use crate::pacing::token_bucket::TokenBucket;
+use crate::spool::{DurableChanges, Spool};
 use tracker::Tracker;
 
 /// Bytes an MQTT PUBLISH adds around topic and payload (fixed header, lengths, packet id,
@@ -53,9 +55,9 @@ pub const PARK_DURATION: Duration = Duration::from_secs(300);
 /// How long a graceful shutdown waits for outstanding PUBACKs.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// What the uplink reports to `status` and the agent's health events.
+/// What the drain reports to `status` (its `uplink` section) and the agent's health events.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct UplinkStats {
+pub struct DrainStats {
     /// A CONNACK was received and the connection has not failed since.
     pub connected: bool,
     /// Wall-clock time of the last successful acknowledgement (ms since the Unix epoch).
@@ -100,13 +102,14 @@ enum Sent {
     Status,
 }
 
-/// The uplink task's state.
-pub struct Uplink {
+/// The drain task's state.
+pub struct Drain {
     config: UplinkConfig,
     machine: Machine,
-    queue: Rc<RefCell<Queue>>,
-    wake: Rc<Notify>,
-    stats: Rc<RefCell<UplinkStats>>,
+    spool: Spool,
+    /// Wakes the drain when records became durable.
+    wake: DurableChanges,
+    stats: Rc<RefCell<DrainStats>>,
     topics: [String; 3],
     status_topic: String,
     header: Batch,
@@ -123,9 +126,9 @@ pub struct Uplink {
     batch_bytes: usize,
 }
 
-/// Why the uplink could not start.
+/// Why the drain could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum UplinkError {
+pub enum DrainError {
     /// The TLS files could not be read.
     #[error("reading {path}: {source}")]
     Tls {
@@ -142,16 +145,6 @@ pub enum UplinkError {
     Topic,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn unix_ns(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 fn tier_index(tier: Tier) -> usize {
     match tier {
         Tier::Safety => 0,
@@ -160,17 +153,16 @@ fn tier_index(tier: Tier) -> usize {
     }
 }
 
-impl Uplink {
-    /// An uplink draining `queue` under `machine`'s identity.
+impl Drain {
+    /// A drain emptying `spool`'s queue under `machine`'s identity.
     pub fn new(
         config: UplinkConfig,
         machine: Machine,
         agent_epoch: u64,
-        queue: Rc<RefCell<Queue>>,
-        wake: Rc<Notify>,
-        stats: Rc<RefCell<UplinkStats>>,
-    ) -> Result<Self, UplinkError> {
-        let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(UplinkError::Topic);
+        spool: Spool,
+        stats: Rc<RefCell<DrainStats>>,
+    ) -> Result<Self, DrainError> {
+        let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(DrainError::Topic);
         let mut topics = [topic(Tier::Safety)?, topic(Tier::Slo)?, topic(Tier::Debug)?];
         for (slot, tier) in topics.iter_mut().zip(["safety", "slo", "debug"]) {
             if let Some(custom) = config.topic_overrides.get(tier) {
@@ -197,15 +189,15 @@ impl Uplink {
         };
         let bucket = config
             .bandwidth_bytes_per_s
-            .map(|rate| TokenBucket::new(rate, rate.max(64 * 1024), Instant::now()));
+            .map(|rate| TokenBucket::new(rate, rate.max(64 * 1024), clock::instant()));
         Ok(Self {
             encoder: BatchEncoder::new(config.compression_level)?,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
             batch_bytes: config.max_batch_bytes,
             config,
             machine,
-            queue,
-            wake,
+            wake: spool.durable_changes(),
+            spool,
             stats,
             topics,
             status_topic,
@@ -224,7 +216,7 @@ impl Uplink {
             machine_id: self.machine.id.clone(),
             site_id: self.machine.site.clone(),
             online,
-            time_unix_ns: unix_ns(SystemTime::now()),
+            time_unix_ns: unix_ns(clock::wall()),
             agent_epoch: self.header.agent_epoch,
             agent_version: self.header.agent_version.clone(),
             machine_class: self.machine.class.clone(),
@@ -232,7 +224,7 @@ impl Uplink {
         .encode_to_vec()
     }
 
-    fn options(&self) -> Result<MqttOptions, UplinkError> {
+    fn options(&self) -> Result<MqttOptions, DrainError> {
         let mut options =
             MqttOptions::new(&self.config.client_id, &self.config.host, self.config.port);
         options.set_keep_alive(self.config.keepalive);
@@ -250,7 +242,7 @@ impl Uplink {
         ));
         if let Some(tls) = &self.config.tls {
             let read = |path: &std::path::PathBuf| {
-                std::fs::read(path).map_err(|source| UplinkError::Tls {
+                std::fs::read(path).map_err(|source| DrainError::Tls {
                     path: path.clone(),
                     source,
                 })
@@ -267,7 +259,7 @@ impl Uplink {
 
     /// Runs until `shutdown` turns true, then waits briefly for outstanding acknowledgements,
     /// announces the agent offline and disconnects.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), UplinkError> {
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DrainError> {
         let options = self.options()?;
         // Channel capacity above the window: try_publish never fails for lack of room.
         let (client, mut events) = AsyncClient::new(options, usize::from(self.config.inflight) + 4);
@@ -284,7 +276,7 @@ impl Uplink {
         let mut next_send_at: Option<Instant> = None;
         loop {
             if *shutdown.borrow() && draining_since.is_none() {
-                draining_since = Some(Instant::now());
+                draining_since = Some(clock::instant());
             }
             if let Some(since) = draining_since
                 && (!connected || self.tracker.is_empty() || since.elapsed() >= SHUTDOWN_GRACE)
@@ -308,7 +300,7 @@ impl Uplink {
                 biased;
                 _ = shutdown.changed(), if draining_since.is_none() => continue,
                 event = events.poll() => event,
-                () = self.wake.notified(), if window_open => continue,
+                () = self.wake.changed(), if window_open => continue,
                 () = send_timer => continue,
                 () = tokio::time::sleep(SHUTDOWN_GRACE), if draining_since.is_some() => continue,
             };
@@ -333,7 +325,7 @@ impl Uplink {
     /// Submits batches while the window, the bandwidth cap and the queue allow. Returns when the
     /// bandwidth cap lets the next batch go, if it is holding one back.
     fn fill_window(&mut self, client: &AsyncClient) -> Option<Instant> {
-        let now = Instant::now();
+        let now = clock::instant();
         for (slot, until) in self.parked_until.iter_mut().enumerate() {
             if until.is_some_and(|until| until <= now) {
                 *until = None;
@@ -382,11 +374,11 @@ impl Uplink {
     /// Takes the next batch the queue offers (skipping parked tiers) and encodes it into
     /// `self.payload`.
     fn encode_next(&mut self) -> Option<Sent> {
-        let now = Instant::now();
+        let now = clock::instant();
         let parked = self
             .parked_until
             .map(|until| until.is_some_and(|t| t > now));
-        let mut queue = self.queue.borrow_mut();
+        let mut queue = self.spool.queue_mut();
         let limits = BatchLimits {
             max_records: self.config.max_batch_events,
             max_bytes: self.batch_bytes,
@@ -408,7 +400,7 @@ impl Uplink {
         self.header.first_seq = batch.first_seq();
         self.header.last_seq = batch.last_seq();
         self.header.agent_epoch = batch.epoch();
-        self.header.sent_time_unix_ns = unix_ns(SystemTime::now());
+        self.header.sent_time_unix_ns = unix_ns(clock::wall());
         let sent = Sent::Batch {
             tier: batch.tier(),
             first: batch.first_seq(),
@@ -440,17 +432,17 @@ impl Uplink {
                     tier_index(Tier::try_from(self.header.tier).unwrap_or(Tier::Debug)),
                     &error.to_string(),
                 );
-                self.queue.borrow_mut().requeue_unacked();
+                self.spool.queue_mut().requeue_unacked();
                 None
             }
         }
     }
 
     fn park(&mut self, slot: usize, reason: &str) {
-        let until = Instant::now() + PARK_DURATION;
+        let until = clock::instant() + PARK_DURATION;
         self.parked_until[slot] = Some(until);
         let mut stats = self.stats.borrow_mut();
-        stats.parked_until_unix_ms[slot] = Some(unix_ms(SystemTime::now() + PARK_DURATION));
+        stats.parked_until_unix_ms[slot] = Some(unix_ms(clock::wall() + PARK_DURATION));
         stats.last_refusal = Some(reason.to_owned());
     }
 
@@ -535,8 +527,8 @@ impl Uplink {
         };
         match reason {
             PubAckReason::Success => {
-                let now = SystemTime::now();
-                self.queue.borrow_mut().ack(tier, first..=last, now);
+                let now = clock::wall();
+                self.spool.queue_mut().ack(tier, first..=last, now);
                 let mut stats = self.stats.borrow_mut();
                 stats.last_ack_unix_ms = Some(unix_ms(now));
                 stats.batches_acked += 1;
@@ -561,9 +553,9 @@ impl Uplink {
                 Some("no subscribers".to_owned())
             }
             PubAckReason::NoMatchingSubscribers => {
-                self.queue
-                    .borrow_mut()
-                    .ack(tier, first..=last, SystemTime::now());
+                self.spool
+                    .queue_mut()
+                    .ack(tier, first..=last, clock::wall());
                 None
             }
             refusal => {
@@ -604,7 +596,7 @@ impl Uplink {
         // Everything not acknowledged goes back to the queue; its PUBACKs may still arrive (they
         // were read before the failure) and are matched against `stale`.
         self.stale = self.tracker.take_written();
-        self.queue.borrow_mut().requeue_unacked();
+        self.spool.queue_mut().requeue_unacked();
         let mut stats = self.stats.borrow_mut();
         stats.connected = false;
         stats.disconnects += 1;
@@ -625,7 +617,7 @@ impl Uplink {
         client: &AsyncClient,
         events: &mut EventLoop,
         connected: bool,
-    ) -> Result<(), UplinkError> {
+    ) -> Result<(), DrainError> {
         if connected {
             let offline = self.machine_status(false);
             let _ = client.try_publish(self.status_topic.as_str(), QoS::AtLeastOnce, true, offline);
@@ -645,7 +637,7 @@ impl Uplink {
             }
         }
         self.tracker = Tracker::default();
-        self.queue.borrow_mut().requeue_unacked();
+        self.spool.queue_mut().requeue_unacked();
         self.stats.borrow_mut().connected = false;
         Ok(())
     }

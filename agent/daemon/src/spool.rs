@@ -1,0 +1,191 @@
+//! The spool: the one handle on the queue that every task of the runtime holds, the group-commit
+//! flusher, the samplers' sink, and the one signal that records became durable.
+//!
+//! ```text
+//! ingest, samplers, health ─ append ─► Spool ─► queue (pending) ─ wake ─► Flusher: flush when due
+//!                                                                            │ durable seqs (watch)
+//!   local-socket waiters (Spool::wait_durable) ◄─────────────────────────────┤
+//!   drain (DurableChanges::changed) ◄────────────────────────────────────────┘
+//! ```
+//!
+//! Invariants:
+//! - The queue is shared by reference on the runtime's one thread, never locked: every borrow
+//!   ends before the task holding it awaits, so no task finds the queue borrowed.
+//! - One signal says that records are durable: the durable sequence numbers the flusher publishes
+//!   after each flush. It is raised when a flush committed or moved a durable number; local-socket
+//!   waiters wait on its value and the drain wakes on its changes.
+//! - When to flush is the queue's decision (`next_flush_at`, `flush_due`: its group-commit
+//!   intervals); a failed flush is logged and retried 100 ms later.
+
+use std::cell::{Ref, RefCell, RefMut};
+use std::rc::Rc;
+use std::time::Duration;
+
+use edgewatch_proto::v1::{Event, Tier};
+use edgewatch_queue::{AppendError, PerTier, Queue};
+use edgewatch_samplers::EventSink;
+use tokio::sync::{Notify, watch};
+
+use crate::clock;
+
+/// Durable sequence numbers per tier, as of the last flush.
+type DurableSeqs = PerTier<u64>;
+
+/// The queue and its durable signal, shared by the tasks of the runtime (cloning shares).
+#[derive(Clone)]
+pub struct Spool {
+    /// The queue itself.
+    queue: Rc<RefCell<Queue>>,
+    /// Wakes the flusher after an append.
+    appended: Rc<Notify>,
+    /// Durable sequence numbers, published by the [`Flusher`].
+    durable: watch::Receiver<DurableSeqs>,
+}
+
+impl Spool {
+    /// Shares `queue`, and returns the flusher that must run beside the handle for appends to
+    /// become durable.
+    pub fn new(queue: Queue) -> (Self, Flusher) {
+        let (durable_tx, durable_rx) = watch::channel(durable_seqs(&queue));
+        let spool = Self {
+            queue: Rc::new(RefCell::new(queue)),
+            appended: Rc::new(Notify::new()),
+            durable: durable_rx,
+        };
+        let flusher = Flusher {
+            spool: spool.clone(),
+            durable: durable_tx,
+        };
+        (spool, flusher)
+    }
+
+    /// Appends an event and wakes the flusher. Errors are logged and counted by the queue.
+    pub fn append(&self, tier: Tier, event: &Event) -> Result<u64, AppendError> {
+        let result = self.queue.borrow_mut().append(tier, event, clock::wall());
+        self.appended.notify_one();
+        result
+    }
+
+    /// Waits until `seq` of `tier` is durable.
+    pub async fn wait_durable(&self, tier: Tier, seq: u64) {
+        let mut durable = self.durable.clone();
+        let _ = durable
+            .wait_for(|durable| {
+                let reached = match tier {
+                    Tier::Safety => durable.safety,
+                    Tier::Slo => durable.slo,
+                    Tier::Debug | Tier::Unspecified => durable.debug,
+                };
+                reached >= seq
+            })
+            .await;
+    }
+
+    /// The durable signal as a stream of wake-ups, for a task that reads whatever became durable.
+    pub fn durable_changes(&self) -> DurableChanges {
+        DurableChanges(self.durable.clone())
+    }
+
+    /// The queue, for reading. The borrow must end before the caller awaits.
+    pub fn queue(&self) -> Ref<'_, Queue> {
+        self.queue.borrow()
+    }
+
+    /// The queue, for changing. The borrow must end before the caller awaits.
+    pub fn queue_mut(&self) -> RefMut<'_, Queue> {
+        self.queue.borrow_mut()
+    }
+}
+
+fn durable_seqs(queue: &Queue) -> DurableSeqs {
+    PerTier {
+        safety: queue.durable_seq(Tier::Safety),
+        slo: queue.durable_seq(Tier::Slo),
+        debug: queue.durable_seq(Tier::Debug),
+    }
+}
+
+/// Wake-ups from the durable signal: one after any number of raises since the last one.
+pub struct DurableChanges(watch::Receiver<DurableSeqs>);
+
+impl DurableChanges {
+    /// Waits until the signal was raised since the last wake-up (at once if it already was).
+    /// Once the flusher has stopped, it never returns.
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Group commit: flushes when the queue says a flush is due and raises the durable signal.
+pub struct Flusher {
+    spool: Spool,
+    durable: watch::Sender<DurableSeqs>,
+}
+
+impl Flusher {
+    /// Runs until `shutdown` turns true (the final flush is the caller's).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let spool = &self.spool;
+        loop {
+            let next = spool.queue().next_flush_at();
+            let wait = next.map(|at| at.duration_since(clock::wall()).unwrap_or(Duration::ZERO));
+            tokio::select! {
+                () = async {
+                    match wait {
+                        Some(wait) => tokio::time::sleep(wait).await,
+                        // Nothing pending: wait for an append, but wake now and then for expiry,
+                        // status snapshots and store retries.
+                        None => { let _ = tokio::time::timeout(Duration::from_secs(1), spool.appended.notified()).await; }
+                    }
+                } => {}
+                _ = shutdown.changed() => return,
+            }
+            let now = clock::wall();
+            if !spool.queue().flush_due(now) {
+                continue;
+            }
+            let outcome = spool.queue_mut().flush(now);
+            match outcome {
+                Ok(outcome) => {
+                    self.durable.send_if_modified(|current| {
+                        let moved = *current != outcome.durable;
+                        *current = outcome.durable;
+                        moved || outcome.committed
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "A queue flush failed; it is retried.");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The spool as the samplers' sink: what a sampler emits is appended, and what the queue refuses
+/// is logged once per hundred.
+pub struct SamplerSink {
+    spool: Spool,
+    refused: u64,
+}
+
+impl SamplerSink {
+    /// A sink appending to `spool`.
+    pub fn new(spool: Spool) -> Self {
+        Self { spool, refused: 0 }
+    }
+}
+
+impl EventSink for SamplerSink {
+    fn emit(&mut self, tier: Tier, event: &Event) {
+        if let Err(error) = self.spool.append(tier, event) {
+            // The queue counts and reports what it refuses; one log line per hundred here.
+            if self.refused.is_multiple_of(100) {
+                tracing::warn!(%error, ?tier, refused = self.refused, "The queue refused a sampled event.");
+            }
+            self.refused += 1;
+        }
+    }
+}
