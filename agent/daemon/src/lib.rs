@@ -9,7 +9,7 @@
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
 //! - [`status`]: the status file `run` writes and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
-//! - [`pacing`]: backoff and token buckets.
+//! - [`pacing`]: token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
 //! Invariants:

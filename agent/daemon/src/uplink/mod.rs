@@ -26,6 +26,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use edgewatch_conventions::backoff::Backoff;
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
@@ -39,7 +40,6 @@ use serde::Serialize;
 use tokio::sync::{Notify, watch};
 
 use crate::config::{Machine, Uplink as UplinkConfig};
-use crate::pacing::backoff::Backoff;
 use crate::pacing::token_bucket::TokenBucket;
 use tracker::Tracker;
 
