@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use edgewatch_conventions::backoff::Backoff;
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
@@ -611,7 +611,7 @@ impl Uplink {
     }
 
     async fn wait_backoff(&mut self, shutdown: &mut watch::Receiver<bool>) {
-        let wait = self.backoff.next_wait(rand::random::<f64>());
+        let wait = self.backoff.next_wait(Jitter::Full(rand::random::<f64>()));
         self.stats.borrow_mut().backoff_ms =
             Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         tokio::select! {
