@@ -13,6 +13,7 @@
 //! - A reader accepts only [`SCHEMA_VERSION`]; unknown fields are skipped, never an error.
 
 pub mod framing;
+pub mod tier;
 pub mod topic;
 
 /// Messages of the `edgewatch.v1` protobuf package.

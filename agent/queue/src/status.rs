@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::tiers::{self, PerTier};
+use edgewatch_proto::tier::{self, PerTier};
 
 /// File name of the snapshot in the queue directory.
 pub const SNAPSHOT_FILE: &str = "status";
@@ -148,7 +148,7 @@ pub fn write_snapshot_to(
         let _ = write!(
             text,
             "tier {} records {} bytes {} cap_bytes {} oldest_age_ms ",
-            tiers::name(ix),
+            tier::name(ix),
             t.records,
             t.bytes,
             t.cap_bytes

@@ -4,13 +4,13 @@
 //! - Index 0 is safety, 1 SLO counters, 2 debug: iterating indices in order is strict priority.
 //! - `Tier::Unspecified` never becomes an index; it is refused at the API boundary.
 
-use edgewatch_proto::v1::Tier;
+use crate::v1::Tier;
 
 /// Tiers in strict priority order: the order batches are handed out and the reverse of eviction.
 pub const TIERS: [Tier; 3] = [Tier::Safety, Tier::Slo, Tier::Debug];
 
 /// Index of a tier in [`TIERS`], or `None` for `Tier::Unspecified`.
-pub(crate) fn index(tier: Tier) -> Option<usize> {
+pub fn index(tier: Tier) -> Option<usize> {
     match tier {
         Tier::Safety => Some(0),
         Tier::Slo => Some(1),
@@ -20,7 +20,7 @@ pub(crate) fn index(tier: Tier) -> Option<usize> {
 }
 
 /// Short lowercase name of a tier index, as used in table names and the status snapshot.
-pub(crate) fn name(ix: usize) -> &'static str {
+pub fn name(ix: usize) -> &'static str {
     match ix {
         0 => "safety",
         1 => "slo",
@@ -67,7 +67,7 @@ impl<T> PerTier<T> {
         .into_iter()
     }
 
-    pub(crate) fn at(&self, ix: usize) -> &T {
+    pub fn at(&self, ix: usize) -> &T {
         match ix {
             0 => &self.safety,
             1 => &self.slo,
@@ -75,7 +75,7 @@ impl<T> PerTier<T> {
         }
     }
 
-    pub(crate) fn at_mut(&mut self, ix: usize) -> &mut T {
+    pub fn at_mut(&mut self, ix: usize) -> &mut T {
         match ix {
             0 => &mut self.safety,
             1 => &mut self.slo,
