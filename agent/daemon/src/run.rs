@@ -20,6 +20,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
+use edgewatch_proto::tier;
 use edgewatch_proto::v1::{Event, Tier};
 use edgewatch_queue::{FlushOutcome, PerTier, Queue};
 use tokio::sync::{Notify, watch};
@@ -91,11 +92,8 @@ impl Shared {
         let mut durable = self.durable.clone();
         let _ = durable
             .wait_for(|durable| {
-                let reached = match tier {
-                    Tier::Safety => durable.safety,
-                    Tier::Slo => durable.slo,
-                    Tier::Debug | Tier::Unspecified => durable.debug,
-                };
+                // Tier::Unspecified waits for debug's durability.
+                let reached = *durable.at(tier::index(tier).unwrap_or(tier::DEBUG));
                 reached >= seq
             })
             .await;

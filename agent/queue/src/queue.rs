@@ -408,7 +408,7 @@ impl Queue {
             let missing = *loaded.unaccounted.at(ix);
             if missing > 0 {
                 tracing::warn!(
-                    tier = tier::name(ix),
+                    tier = tier::NAMES[ix],
                     missing,
                     "Queue store lost records to damage; counted as corrupt."
                 );
@@ -619,7 +619,7 @@ impl Queue {
                 }
                 match record::check(value, seq) {
                     Err(error) => {
-                        tracing::warn!(%error, tier = tier::name(ix), seq,
+                        tracing::warn!(%error, tier = tier::NAMES[ix], seq,
                             "Record failed its checksum; skipped.");
                         corrupt.push((ix, seq));
                         consumed_to = Some(seq);

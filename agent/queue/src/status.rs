@@ -148,7 +148,7 @@ pub fn write_snapshot_to(
         let _ = write!(
             text,
             "tier {} records {} bytes {} cap_bytes {} oldest_age_ms ",
-            tier::name(ix),
+            tier::NAMES[ix],
             t.records,
             t.bytes,
             t.cap_bytes
@@ -218,12 +218,9 @@ fn parse(text: &str) -> Result<QueueStatus, SnapshotError> {
             }
             "store_available" => status.store_available = value()?.parse().map_err(|_| bad(n))?,
             "tier" => {
-                let ix = match value()? {
-                    "safety" => 0,
-                    "slo" => 1,
-                    "debug" => 2,
-                    _ => return Err(bad(n)),
-                };
+                let ix = tier::from_name(value()?)
+                    .and_then(tier::index)
+                    .ok_or_else(|| bad(n))?;
                 let tier = status.tiers.at_mut(ix);
                 let rest: Vec<&str> = line.split(' ').skip(2).collect();
                 if !rest.len().is_multiple_of(2) {

@@ -212,7 +212,7 @@ fn mode_label(value: i32) -> Option<&'static str> {
 }
 
 fn tier_label(value: i32) -> Option<&'static str> {
-    edgewatch_proto::topic::tier_segment(v1::Tier::try_from(value).ok()?)
+    edgewatch_proto::tier::name(v1::Tier::try_from(value).ok()?)
 }
 
 fn cause_label(value: i32) -> Option<&'static str> {
