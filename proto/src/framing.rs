@@ -21,6 +21,7 @@ use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint};
 
 use crate::SCHEMA_VERSION;
+use crate::tier;
 use crate::topic::{IdError, validate_id};
 use crate::v1::{Batch, Tier};
 
@@ -205,9 +206,12 @@ fn check_header(batch: &Batch) -> Result<(), StructureError> {
     if batch.schema_version != SCHEMA_VERSION {
         return Err(StructureError::SchemaVersion(batch.schema_version));
     }
-    match Tier::try_from(batch.tier) {
-        Ok(Tier::Safety | Tier::Slo | Tier::Debug) => {}
-        _ => return Err(StructureError::Tier(batch.tier)),
+    if Tier::try_from(batch.tier)
+        .ok()
+        .and_then(tier::index)
+        .is_none()
+    {
+        return Err(StructureError::Tier(batch.tier));
     }
     validate_id(&batch.machine_id).map_err(StructureError::MachineId)?;
     validate_id(&batch.site_id).map_err(StructureError::SiteId)?;

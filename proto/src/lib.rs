@@ -7,12 +7,15 @@
 //! - [`framing`]: one MQTT payload = one [`v1::Batch`], protobuf-encoded then zstd-compressed,
 //!   with hard limits. Decoding hostile input returns a typed error and never allocates past them.
 //! - [`topic`]: topic names `edgewatch/v1/<site>/<machine>/<tier|status>` and identity rules.
+//! - [`tier`]: tier order, index and name ([`tier::TIERS`], [`tier::index`], [`tier::name`]) and
+//!   [`tier::PerTier`], for every table that maps a tier to a position or a word.
 //!
 //! Invariants:
 //! - Field numbers are never reused; removed fields are `reserved` (see `docs/wire-protocol.md`).
 //! - A reader accepts only [`SCHEMA_VERSION`]; unknown fields are skipped, never an error.
 
 pub mod framing;
+pub mod tier;
 pub mod topic;
 
 /// Messages of the `edgewatch.v1` protobuf package.

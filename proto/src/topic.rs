@@ -1,12 +1,14 @@
 //! MQTT topic names and the identity rules for machine and site ids.
 //!
-//! Topics: `edgewatch/v1/<site>/<machine>/<tier>` with tier `safety`, `slo` or `debug` for batches,
-//! and `edgewatch/v1/<site>/<machine>/status` for the retained online/offline status.
+//! Topics: `edgewatch/v1/<site>/<machine>/<tier>` with the tier's name (`safety`, `slo` or
+//! `debug`, from [`crate::tier::name`]) for batches, and `edgewatch/v1/<site>/<machine>/status`
+//! for the retained online/offline status.
 //!
 //! Invariants:
 //! - An id is 1 to [`MAX_ID_LEN`] bytes of `[A-Za-z0-9._-]`, not `.` or `..`: it can never carry an
 //!   MQTT wildcard or level separator, so a topic built from valid ids parses back to the same ids.
 
+use crate::tier;
 use crate::v1::Tier;
 
 /// First two levels of every edgewatch topic.
@@ -101,29 +103,10 @@ pub fn validate_id(id: &str) -> Result<(), IdError> {
     Ok(())
 }
 
-/// The topic level that names a tier (`safety`, `slo`, `debug`); `None` for `TIER_UNSPECIFIED`.
-pub fn tier_segment(tier: Tier) -> Option<&'static str> {
-    match tier {
-        Tier::Safety => Some("safety"),
-        Tier::Slo => Some("slo"),
-        Tier::Debug => Some("debug"),
-        Tier::Unspecified => None,
-    }
-}
-
-/// The tier a topic level names.
-pub fn tier_from_segment(segment: &str) -> Option<Tier> {
-    match segment {
-        "safety" => Some(Tier::Safety),
-        "slo" => Some(Tier::Slo),
-        "debug" => Some(Tier::Debug),
-        _ => None,
-    }
-}
-
-/// `edgewatch/v1/<site>/<machine>/<tier>`; the ids must be valid (see [`validate_id`]).
+/// `edgewatch/v1/<site>/<machine>/<tier>`; the ids must be valid (see [`validate_id`]); `None`
+/// for `Tier::Unspecified`.
 pub fn batch_topic(site: &str, machine: &str, tier: Tier) -> Option<String> {
-    let segment = tier_segment(tier)?;
+    let segment = tier::name(tier)?;
     Some(format!("{TOPIC_PREFIX}/{site}/{machine}/{segment}"))
 }
 
@@ -150,7 +133,7 @@ pub fn parse_topic(topic: &str) -> Result<TopicIdentity<'_>, TopicError> {
         TopicKind::Status
     } else {
         TopicKind::Batch(
-            tier_from_segment(last).ok_or_else(|| TopicError::UnknownKind(last.to_owned()))?,
+            tier::from_name(last).ok_or_else(|| TopicError::UnknownKind(last.to_owned()))?,
         )
     };
     Ok(TopicIdentity {

@@ -384,7 +384,7 @@ fn baseline_payloads(total: u64) -> Vec<(String, Vec<u8>, u64)> {
                 ..realistic(tier, i)
             })
             .collect();
-        let segment = edgewatch_proto::topic::tier_segment(tier).unwrap();
+        let segment = edgewatch_proto::tier::name(tier).unwrap();
         // Same limits as the agent's defaults: 2,000 events or 256 KiB of events per batch.
         let mut start = 0;
         while start < events.len() {

@@ -13,6 +13,7 @@ use std::io::Read;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
+use edgewatch_proto::tier::TIERS;
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::QueueStatus;
 use tokio::sync::watch;
@@ -38,7 +39,7 @@ impl HealthReporter {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map(|id| id.trim().to_owned())
             .unwrap_or_default();
-        let tiers = [Tier::Safety, Tier::Slo, Tier::Debug]
+        let tiers = TIERS
             .map(|tier| TierHealth {
                 tier: tier as i32,
                 ..TierHealth::default()
@@ -83,11 +84,7 @@ impl HealthReporter {
             health.publishes_refused = drain.refused;
             health.reconnects = drain.disconnects;
             health.local_rejected = ingest.rejected;
-            for (slot, tier) in health.tiers.iter_mut().zip([
-                &queue.tiers.safety,
-                &queue.tiers.slo,
-                &queue.tiers.debug,
-            ]) {
+            for (slot, (_, tier)) in health.tiers.iter_mut().zip(queue.tiers.iter()) {
                 slot.records = tier.records;
                 slot.bytes = tier.bytes;
                 slot.oldest_age_seconds = tier.oldest_age.map_or(0.0, |age| age.as_secs_f64());

@@ -14,7 +14,7 @@
 //! - [`status`]: the status file the agent writes every second and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.
 //! - [`clock`]: the agent's one clock: wall and monotonic time, the sampling loop's tick.
-//! - [`pacing`]: backoff and token buckets.
+//! - [`pacing`]: token buckets.
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
 //! Module dependencies point one way: `run` imports the tasks (`sampling`, `drain`, `ingest`,

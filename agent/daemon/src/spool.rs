@@ -21,6 +21,7 @@ use std::cell::{Ref, RefCell, RefMut};
 use std::rc::Rc;
 use std::time::Duration;
 
+use edgewatch_proto::tier;
 use edgewatch_proto::v1::{Event, Tier};
 use edgewatch_queue::{AppendError, PerTier, Queue};
 use edgewatch_samplers::EventSink;
@@ -71,11 +72,8 @@ impl Spool {
         let mut durable = self.durable.clone();
         let _ = durable
             .wait_for(|durable| {
-                let reached = match tier {
-                    Tier::Safety => durable.safety,
-                    Tier::Slo => durable.slo,
-                    Tier::Debug | Tier::Unspecified => durable.debug,
-                };
+                // Tier::Unspecified waits for debug's durability.
+                let reached = *durable.at(tier::index(tier).unwrap_or(tier::DEBUG));
                 reached >= seq
             })
             .await;

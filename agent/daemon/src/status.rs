@@ -276,11 +276,12 @@ impl From<&QueueStatus> for QueueView {
             budget_bytes: status.budget_bytes,
             offline_window_s: status.offline_window.map(|w| w.as_secs_f64()),
             store_available: status.store_available,
-            tiers: vec![
-                tier("safety", &status.tiers.safety),
-                tier("slo", &status.tiers.slo),
-                tier("debug", &status.tiers.debug),
-            ],
+            tiers: status
+                .tiers
+                .iter()
+                .zip(edgewatch_proto::tier::NAMES)
+                .map(|((_, t), name)| tier(name, t))
+                .collect(),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::tiers::PerTier;
+use edgewatch_proto::tier::PerTier;
 
 /// redb page cache: enough for the B-tree's upper levels and the head and tail pages of each tier;
 /// queue access is sequential, so a larger cache buys nothing but RSS.

@@ -7,9 +7,10 @@
 
 use std::path::PathBuf;
 
+use edgewatch_proto::tier::PerTier;
+
 use crate::config::ConfigError;
 use crate::record::MalformedEvent;
-use crate::tiers::PerTier;
 
 /// The queue could not be opened. Corruption never ends here: a store that will not open is
 /// quarantined and a fresh one started.

@@ -43,12 +43,11 @@ pub mod queue;
 pub mod record;
 pub mod status;
 mod store;
-mod tiers;
 pub mod window;
 
 pub use config::{ConfigError, QueueConfig, ValidConfig};
+pub use edgewatch_proto::tier::{PerTier, TIERS};
 pub use error::{AppendError, FlushError, QueueError, ReadError};
 pub use queue::{BatchLimits, FlushOutcome, OpenReport, Quarantined, Queue, ReadBatch};
 pub use status::{QueueStatus, SnapshotError, TierStatus, read_snapshot};
 pub use store::LOSS_CAUSES;
-pub use tiers::{PerTier, TIERS};

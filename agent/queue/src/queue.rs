@@ -16,6 +16,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use edgewatch_proto::tier::{self, PerTier, TIERS};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
 
@@ -26,7 +27,6 @@ use crate::status::{self, QueueStatus, TierStatus};
 use crate::store::{
     LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx, contain_panic,
 };
-use crate::tiers::{self, PerTier, TIERS};
 use crate::window::{self, RateEstimator, WindowAlarm};
 
 /// The database file inside the queue directory.
@@ -405,7 +405,7 @@ impl Queue {
             let missing = *loaded.unaccounted.at(ix);
             if missing > 0 {
                 tracing::warn!(
-                    tier = tiers::name(ix),
+                    tier = tier::NAMES[ix],
                     missing,
                     "Queue store lost records to damage; counted as corrupt."
                 );
@@ -445,7 +445,7 @@ impl Queue {
 
     /// Highest durable sequence number of `tier` (0 if none).
     pub fn durable_seq(&self, tier: Tier) -> u64 {
-        tiers::index(tier).map_or(0, |ix| self.state.next_seq.at(ix) - 1)
+        tier::index(tier).map_or(0, |ix| self.state.next_seq.at(ix) - 1)
     }
 
     /// Appends an event (its `seq` is ignored and set by the queue); returns its sequence number.
@@ -487,7 +487,7 @@ impl Queue {
         event: &[u8],
         now: SystemTime,
     ) -> Result<u64, AppendError> {
-        let ix = tiers::index(tier).ok_or(AppendError::NoTier)?;
+        let ix = tier::index(tier).ok_or(AppendError::NoTier)?;
         let max = self.config.get().max_record_bytes;
         let len = event.len() + record::HEADER_LEN + 11;
         if len > max as usize {
@@ -553,7 +553,7 @@ impl Queue {
     /// Acknowledges the records `seqs` of `tier` (delivered upstream). They are deleted at the next
     /// flush; until then they are not handed out again. Sequence numbers not durable are ignored.
     pub fn ack(&mut self, tier: Tier, seqs: RangeInclusive<u64>, now: SystemTime) {
-        let Some(ix) = tiers::index(tier) else { return };
+        let Some(ix) = tier::index(tier) else { return };
         let first = *seqs.start();
         let last = (*seqs.end()).min(self.state.next_seq.at(ix).saturating_sub(1));
         if first > last {
@@ -616,7 +616,7 @@ impl Queue {
                 }
                 match record::check(value, seq) {
                     Err(error) => {
-                        tracing::warn!(%error, tier = tiers::name(ix), seq,
+                        tracing::warn!(%error, tier = tier::NAMES[ix], seq,
                             "Record failed its checksum; skipped.");
                         corrupt.push((ix, seq));
                         consumed_to = Some(seq);

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::tiers::{self, PerTier};
+use edgewatch_proto::tier::{self, PerTier};
 
 /// File name of the snapshot in the queue directory.
 pub const SNAPSHOT_FILE: &str = "status";
@@ -148,7 +148,7 @@ pub fn write_snapshot_to(
         let _ = write!(
             text,
             "tier {} records {} bytes {} cap_bytes {} oldest_age_ms ",
-            tiers::name(ix),
+            tier::NAMES[ix],
             t.records,
             t.bytes,
             t.cap_bytes
@@ -218,12 +218,9 @@ fn parse(text: &str) -> Result<QueueStatus, SnapshotError> {
             }
             "store_available" => status.store_available = value()?.parse().map_err(|_| bad(n))?,
             "tier" => {
-                let ix = match value()? {
-                    "safety" => 0,
-                    "slo" => 1,
-                    "debug" => 2,
-                    _ => return Err(bad(n)),
-                };
+                let ix = tier::from_name(value()?)
+                    .and_then(tier::index)
+                    .ok_or_else(|| bad(n))?;
                 let tier = status.tiers.at_mut(ix);
                 let rest: Vec<&str> = line.split(' ').skip(2).collect();
                 if !rest.len().is_multiple_of(2) {

@@ -12,10 +12,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
+use edgewatch_proto::tier::PerTier;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::record;
-use crate::tiers::PerTier;
 
 /// Version of the layout below; a store with another version is quarantined.
 pub const FORMAT_VERSION: u64 = 1;

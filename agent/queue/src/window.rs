@@ -11,7 +11,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::tiers::PerTier;
+use edgewatch_proto::tier::PerTier;
 
 /// The window must recover to this multiple of the threshold before the alarm can fire again.
 pub const REARM_FACTOR: f64 = 1.25;

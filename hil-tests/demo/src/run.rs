@@ -587,8 +587,7 @@ pub fn holds_all(
     machine: &str,
     target: &AgentCounts,
 ) -> bool {
-    use edgewatch_proto::v1::Tier;
-    [Tier::Safety, Tier::Slo, Tier::Debug]
+    edgewatch_proto::tier::TIERS
         .iter()
         .zip(target.durable_seq)
         .all(|(tier, last)| {

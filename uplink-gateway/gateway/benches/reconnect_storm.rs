@@ -88,7 +88,7 @@ fn batch(machine: &str, tier: Tier, events: Vec<Event>) -> (String, Vec<u8>) {
         machine_class: "haul-truck".into(),
         agent_version: "0.1.0".into(),
     };
-    let segment = edgewatch_proto::topic::tier_segment(tier).unwrap();
+    let segment = edgewatch_proto::tier::name(tier).unwrap();
     (
         format!("edgewatch/v1/{}/{machine}/{segment}", batch.site_id),
         encode_batch(&batch).unwrap(),

@@ -15,12 +15,13 @@
 
 use edgewatch_proto::framing::{BatchDecoder, DecodeError};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
+use edgewatch_slo::names::metric;
 use prost::Message as _;
 
 use crate::config::IngestConfig;
 use crate::dedup::{stream_key, stream_prefix};
 use crate::remote_write::build_request;
-use crate::series::{self, BaseLabels, NormalizeStats, Sample, metric};
+use crate::series::{self, BaseLabels, NormalizeStats, Sample};
 use crate::store::{DeadLetter, DeadLetterSource, Store, StoreError, Upsert, Writer};
 use crate::validate::{Rejection, Valid, validate};
 
@@ -316,12 +317,12 @@ fn ingest_batch(
         let ts_ms = series::ns_to_ms(arrival_ns).max(state.last_gateway_ts_ms + 1);
         state.last_gateway_ts_ms = ts_ms;
         samples.push(Sample {
-            series: base.key(metric::SAFETY_RECEIVED, &[]),
+            series: base.key(metric::SAFETY_EVENTS_RECEIVED, &[]),
             ts_ms,
             value: state.safety_received as f64,
         });
         samples.push(Sample {
-            series: base.key(metric::SAFETY_FRESH, &[]),
+            series: base.key(metric::SAFETY_EVENTS_FRESH, &[]),
             ts_ms,
             value: state.safety_fresh as f64,
         });
@@ -331,7 +332,7 @@ fn ingest_batch(
         .map(|age| series::ns_to_ms(arrival_ns.saturating_sub(ns(age))));
     let mut stored = Vec::new();
     for sample in samples {
-        let gateway_series = sample.series.starts_with("edgewatch_");
+        let gateway_series = sample.series.starts_with(metric::GATEWAY_PREFIX);
         let budget = (!gateway_series).then_some(config.max_series_per_machine);
         match writer.upsert_sample(
             &batch.machine_id,

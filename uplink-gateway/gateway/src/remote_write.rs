@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use prost::Message;
 
 use crate::config::RemoteWriteConfig;
@@ -192,7 +193,7 @@ impl RemoteWriter {
         stats: &mut SendStats,
     ) -> Result<(), SendError> {
         let body = compress(protobuf)?;
-        let mut backoff = self.config.min_backoff;
+        let mut backoff = Backoff::new(self.config.min_backoff, self.config.max_backoff);
         loop {
             let mut request = self
                 .agent
@@ -236,7 +237,7 @@ impl RemoteWriter {
             // Full jitter: sleep a random time up to the current backoff, in small steps so a
             // shutdown is noticed quickly.
             let sleep = backoff
-                .mul_f64(rand::random::<f64>())
+                .next_wait(Jitter::Full(rand::random::<f64>()))
                 .max(Duration::from_millis(10));
             let deadline = std::time::Instant::now() + sleep;
             while std::time::Instant::now() < deadline {
@@ -248,7 +249,6 @@ impl RemoteWriter {
             if stop.load(Ordering::Relaxed) {
                 return Err(SendError::Interrupted);
             }
-            backoff = (backoff * 2).min(self.config.max_backoff);
         }
     }
 }

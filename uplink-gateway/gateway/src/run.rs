@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -238,11 +239,11 @@ pub async fn run(
         let client = client.clone();
         let metrics = Arc::clone(&metrics);
         tokio::spawn(async move {
-            let mut backoff = MIN_RECONNECT_BACKOFF;
+            let mut backoff = Backoff::new(MIN_RECONNECT_BACKOFF, MAX_RECONNECT_BACKOFF);
             loop {
                 match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::ConnAck(ack))) => {
-                        backoff = MIN_RECONNECT_BACKOFF;
+                        backoff.reset();
                         tracing::info!(
                             session_present = ack.session_present,
                             "Connected to the broker."
@@ -267,9 +268,8 @@ pub async fn run(
                         metrics.subscribed.store(0, Ordering::Relaxed);
                         metrics.mqtt_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(%error, "MQTT connection failed; reconnecting after a pause.");
-                        let pause = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+                        let pause = backoff.next_wait(Jitter::Equal(rand::random::<f64>()));
                         tokio::time::sleep(pause).await;
-                        backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! Normalization: events of a validated batch become cumulative counter samples stamped with event
-//! time, named and labelled as `docs/series.md` says. Pure: no I/O, no clock (arrival is an
-//! argument).
+//! time, named and labelled as `docs/series.md` says, with the names of [`edgewatch_slo::names`]
+//! (the SLO core reads by the same constants). Pure: no I/O, no clock (arrival is an argument).
 //!
 //! Invariants:
 //! - Only the labels of the contract are produced: base labels (`machine_id`, `site`,
@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 
 use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
+use edgewatch_slo::names::{label, metric, value};
 
 /// One sample of one series.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +121,7 @@ impl SeriesKey {
 /// `"unknown"` when empty. `None` for anything else.
 pub fn label_value(text: &str) -> Option<&str> {
     if text.is_empty() {
-        return Some("unknown");
+        return Some(value::UNKNOWN);
     }
     validate_id(text).ok().map(|()| text)
 }
@@ -149,70 +150,42 @@ impl<'a> BaseLabels<'a> {
     /// A series key of this machine.
     pub fn key(&self, metric: &str, extra: &[(&str, &str)]) -> String {
         let mut labels: Vec<(&str, &str)> = Vec::with_capacity(3 + extra.len());
-        labels.push(("machine_id", self.machine));
-        labels.push(("site", self.site));
-        labels.push(("machine_class", self.class));
+        labels.push((label::MACHINE_ID, self.machine));
+        labels.push((label::SITE, self.site));
+        labels.push((label::MACHINE_CLASS, self.class));
         labels.extend_from_slice(extra);
         SeriesKey::build(metric, &mut labels)
     }
 }
 
-/// Series names of the contract (docs/series.md).
-pub mod metric {
-    /// `DeadlineCounters.cycles`.
-    pub const CYCLES: &str = "edge_control_cycles_total";
-    /// `DeadlineCounters.misses`.
-    pub const MISSES: &str = "edge_control_deadline_missed_total";
-    /// `DeadlineCounters.skipped`.
-    pub const SKIPPED: &str = "edge_control_skipped_total";
-    /// `SafetyFallback.total`.
-    pub const FALLBACKS: &str = "edge_safety_fallbacks_total";
-    /// `Intervention.total`.
-    pub const INTERVENTIONS: &str = "edge_interventions_total";
-    /// `SafeStop.total`.
-    pub const SAFE_STOPS: &str = "edge_safe_stops_total";
-    /// `ThrottleCounters.components[].throttled_seconds`.
-    pub const THROTTLE_SECONDS: &str = "edge_thermal_throttle_seconds_total";
-    /// `AutonomySeconds.modes[].seconds`.
-    pub const AUTONOMY_SECONDS: &str = "edge_autonomy_seconds_total";
-    /// `EnergyCounters.rails[].joules`.
-    pub const ENERGY_JOULES: &str = "edge_energy_joules_total";
-    /// `QueueLoss.total`.
-    pub const QUEUE_LOST: &str = "edge_queue_lost_records_total";
-    /// Safety events accepted by the gateway (timestamp: arrival).
-    pub const SAFETY_RECEIVED: &str = "edgewatch_safety_events_received_total";
-    /// Safety events that arrived within the freshness limit (timestamp: arrival).
-    pub const SAFETY_FRESH: &str = "edgewatch_safety_events_fresh_total";
-}
-
 fn model_labels(model: Option<&v1::ModelVersion>) -> Option<(&str, &str)> {
     match model {
-        None => Some(("unknown", "unknown")),
+        None => Some((value::UNKNOWN, value::UNKNOWN)),
         Some(model) => Some((label_value(&model.name)?, label_value(&model.version)?)),
     }
 }
 
 fn component_label(value: i32) -> Option<&'static str> {
     match v1::Component::try_from(value).ok()? {
-        v1::Component::Cpu => Some("cpu"),
-        v1::Component::Gpu => Some("gpu"),
-        v1::Component::Soc => Some("soc"),
+        v1::Component::Cpu => Some(value::CPU),
+        v1::Component::Gpu => Some(value::GPU),
+        v1::Component::Soc => Some(value::SOC),
         v1::Component::Unspecified => None,
     }
 }
 
 fn mode_label(value: i32) -> Option<&'static str> {
     match v1::AutonomyMode::try_from(value).ok()? {
-        v1::AutonomyMode::Autonomous => Some("autonomous"),
-        v1::AutonomyMode::Manual => Some("manual"),
-        v1::AutonomyMode::Teleoperated => Some("teleoperated"),
-        v1::AutonomyMode::Idle => Some("idle"),
+        v1::AutonomyMode::Autonomous => Some(value::AUTONOMOUS),
+        v1::AutonomyMode::Manual => Some(value::MANUAL),
+        v1::AutonomyMode::Teleoperated => Some(value::TELEOPERATED),
+        v1::AutonomyMode::Idle => Some(value::IDLE),
         v1::AutonomyMode::Unspecified => None,
     }
 }
 
 fn tier_label(value: i32) -> Option<&'static str> {
-    edgewatch_proto::topic::tier_segment(v1::Tier::try_from(value).ok()?)
+    edgewatch_proto::tier::name(v1::Tier::try_from(value).ok()?)
 }
 
 fn cause_label(value: i32) -> Option<&'static str> {
@@ -318,13 +291,25 @@ pub fn normalize_event(
                 return bad_label(stats);
             };
             let labels = [
-                ("loop", loop_name),
-                ("model", model),
-                ("model_version", version),
+                (label::LOOP, loop_name),
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
             ];
-            push(base.key(metric::CYCLES, &labels), c.cycles as f64, stats);
-            push(base.key(metric::MISSES, &labels), c.misses as f64, stats);
-            push(base.key(metric::SKIPPED, &labels), c.skipped as f64, stats);
+            push(
+                base.key(metric::CONTROL_CYCLES, &labels),
+                c.cycles as f64,
+                stats,
+            );
+            push(
+                base.key(metric::CONTROL_MISSED, &labels),
+                c.misses as f64,
+                stats,
+            );
+            push(
+                base.key(metric::CONTROL_SKIPPED, &labels),
+                c.skipped as f64,
+                stats,
+            );
         }
         event::Kind::SafetyFallback(f) => {
             let (Some((model, version)), Some(loop_name)) = (
@@ -334,17 +319,21 @@ pub fn normalize_event(
                 return bad_label(stats);
             };
             let labels = [
-                ("loop", loop_name),
-                ("model", model),
-                ("model_version", version),
+                (label::LOOP, loop_name),
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
             ];
-            push(base.key(metric::FALLBACKS, &labels), f.total as f64, stats);
+            push(
+                base.key(metric::SAFETY_FALLBACKS, &labels),
+                f.total as f64,
+                stats,
+            );
         }
         event::Kind::Intervention(i) => {
             let Some((model, version)) = model_labels(i.model.as_ref()) else {
                 return bad_label(stats);
             };
-            let labels = [("model", model), ("model_version", version)];
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             push(
                 base.key(metric::INTERVENTIONS, &labels),
                 i.total as f64,
@@ -355,7 +344,7 @@ pub fn normalize_event(
             let Some((model, version)) = model_labels(s.model.as_ref()) else {
                 return bad_label(stats);
             };
-            let labels = [("model", model), ("model_version", version)];
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             push(base.key(metric::SAFE_STOPS, &labels), s.total as f64, stats);
         }
         event::Kind::ThrottleCounters(t) => {
@@ -368,9 +357,9 @@ pub fn normalize_event(
                     continue;
                 };
                 let labels = [
-                    ("component", component),
-                    ("model", model),
-                    ("model_version", version),
+                    (label::COMPONENT, component),
+                    (label::MODEL, model),
+                    (label::MODEL_VERSION, version),
                 ];
                 push(
                     base.key(metric::THROTTLE_SECONDS, &labels),
@@ -388,7 +377,11 @@ pub fn normalize_event(
                     bad_label(stats);
                     continue;
                 };
-                let labels = [("mode", mode), ("model", model), ("model_version", version)];
+                let labels = [
+                    (label::MODE, mode),
+                    (label::MODEL, model),
+                    (label::MODEL_VERSION, version),
+                ];
                 push(
                     base.key(metric::AUTONOMY_SECONDS, &labels),
                     m.seconds,
@@ -401,11 +394,15 @@ pub fn normalize_event(
                 return bad_label(stats);
             };
             for r in &e.rails {
-                let Some(rail) = label_value(&r.rail).filter(|rail| *rail != "unknown") else {
+                let Some(rail) = label_value(&r.rail).filter(|rail| *rail != value::UNKNOWN) else {
                     bad_label(stats);
                     continue;
                 };
-                let labels = [("model", model), ("model_version", version), ("rail", rail)];
+                let labels = [
+                    (label::MODEL, model),
+                    (label::MODEL_VERSION, version),
+                    (label::RAIL, rail),
+                ];
                 push(base.key(metric::ENERGY_JOULES, &labels), r.joules, stats);
             }
         }
@@ -413,8 +410,12 @@ pub fn normalize_event(
             let (Some(tier), Some(cause)) = (tier_label(q.tier), cause_label(q.cause)) else {
                 return bad_label(stats);
             };
-            let labels = [("cause", cause), ("tier", tier)];
-            push(base.key(metric::QUEUE_LOST, &labels), q.total as f64, stats);
+            let labels = [(label::CAUSE, cause), (label::TIER, tier)];
+            push(
+                base.key(metric::QUEUE_LOST_RECORDS, &labels),
+                q.total as f64,
+                stats,
+            );
         }
         _ => {}
     }

@@ -10,7 +10,7 @@
 //! - The defaults are the field's starting points (see `docs/slo-catalog.md`).
 
 use crate::calendar::{format_duration, parse_duration};
-use crate::metric;
+use crate::names::{label, metric, value};
 use crate::series::Series;
 use serde::{Deserialize, Serialize};
 
@@ -19,11 +19,14 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_BASE_LOOKBACK: &str = "10m";
 /// The SLO period: the SRE workbook's windows and burn factors assume 30 days.
 pub const DEFAULT_PERIOD: &str = "30d";
-/// Label values of `component` that `edge_thermal_throttle_seconds_total` carries.
-pub const THROTTLE_COMPONENTS: [&str; 3] = ["cpu", "gpu", "soc"];
-/// Placeholders a policy action may use.
-pub const ACTION_PLACEHOLDERS: [&str; 5] =
-    ["slo", "machine_class", "site", "model", "model_version"];
+/// Placeholders a policy action may use: the SLO's name and its group's labels.
+pub const ACTION_PLACEHOLDERS: [&str; 5] = [
+    "slo",
+    label::MACHINE_CLASS,
+    label::SITE,
+    label::MODEL,
+    label::MODEL_VERSION,
+];
 
 /// A bad catalog or price-book value; [`ConfigError::key`] names it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -285,7 +288,7 @@ impl Default for CatalogConfig {
                     "Machine time during which the GPU was not thermally throttled",
                     99.0,
                     SliConfig::ThrottledTime(ThrottleSli {
-                        components: vec!["gpu".to_owned()],
+                        components: vec![value::GPU.to_owned()],
                     }),
                 ),
             ],
@@ -413,7 +416,7 @@ impl Sli {
     pub(crate) fn total(&self) -> Selector {
         match self {
             Self::ControlDeadline { loops } => {
-                Selector::one_of(metric::CONTROL_CYCLES, "loop", loops)
+                Selector::one_of(metric::CONTROL_CYCLES, label::LOOP, loops)
             }
             Self::Freshness => Selector::all(metric::SAFETY_EVENTS_RECEIVED),
             Self::ThrottledTime { .. } => Selector::all(metric::AUTONOMY_SECONDS),
@@ -424,12 +427,12 @@ impl Sli {
     pub(crate) fn bad(&self) -> Bad {
         match self {
             Self::ControlDeadline { loops } => {
-                Bad::Counter(Selector::one_of(metric::CONTROL_MISSED, "loop", loops))
+                Bad::Counter(Selector::one_of(metric::CONTROL_MISSED, label::LOOP, loops))
             }
             Self::Freshness => Bad::TotalMinusGood(Selector::all(metric::SAFETY_EVENTS_FRESH)),
             Self::ThrottledTime { components } => Bad::Counter(Selector::one_of(
                 metric::THROTTLE_SECONDS,
-                "component",
+                label::COMPONENT,
                 components,
             )),
         }
@@ -579,7 +582,7 @@ impl CatalogConfig {
                 SliConfig::Freshness(FreshnessSli {}) => Sli::Freshness,
                 SliConfig::ThrottledTime(t) => {
                     let key = format!("{key}.sli.components");
-                    check_values(&key, &t.components, Some(&THROTTLE_COMPONENTS))?;
+                    check_values(&key, &t.components, Some(&value::COMPONENTS))?;
                     Sli::ThrottledTime {
                         components: t.components.clone(),
                     }

@@ -20,15 +20,13 @@
 
 use crate::calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
 use crate::catalog::{ConfigError, DEFAULT_BASE_LOOKBACK, duration};
-use crate::metric;
+use crate::names::{label, metric, value};
 use crate::series::{Series, SeriesSet, Window};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Joules in one kilowatt-hour.
 pub const JOULES_PER_KWH: f64 = 3.6e6;
-/// The `mode` label value of autonomous operation.
-pub const AUTONOMOUS_MODE: &str = "autonomous";
 
 /// The price book as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -396,11 +394,11 @@ struct Usage {
 fn cell_key(day_start_ms: i64, s: &Series) -> CellKey {
     CellKey {
         day_start_ms,
-        machine_id: s.label("machine_id").to_owned(),
-        site: s.label("site").to_owned(),
-        machine_class: s.label("machine_class").to_owned(),
-        model: s.label("model").to_owned(),
-        model_version: s.label("model_version").to_owned(),
+        machine_id: s.label(label::MACHINE_ID).to_owned(),
+        site: s.label(label::SITE).to_owned(),
+        machine_class: s.label(label::MACHINE_CLASS).to_owned(),
+        model: s.label(label::MODEL).to_owned(),
+        model_version: s.label(label::MODEL_VERSION).to_owned(),
     }
 }
 
@@ -452,7 +450,7 @@ impl<'a> Costing<'a> {
                 u.joules += increase;
             } else {
                 u.machine_seconds += increase;
-                if s.label("mode") == AUTONOMOUS_MODE {
+                if s.label(label::MODE) == value::AUTONOMOUS {
                     u.autonomous_seconds += increase;
                 }
             }

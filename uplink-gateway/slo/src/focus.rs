@@ -27,6 +27,7 @@
 
 use crate::calendar::{MS_PER_DAY, format_rfc3339, month_bounds, parse_rfc3339};
 use crate::cost::{CostLine, CostReport};
+use crate::names::label;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Differences smaller than this (in currency units or quantity units) are rounding, not a
@@ -272,10 +273,10 @@ fn regular_rows(report: &CostReport) -> Vec<FocusRow> {
         let k = &line.key;
         let (billing_start, billing_end) = month_bounds(k.day_start_ms);
         let tags = BTreeMap::from([
-            ("machine_class".to_owned(), k.machine_class.clone()),
-            ("model".to_owned(), k.model.clone()),
-            ("model_version".to_owned(), k.model_version.clone()),
-            ("site".to_owned(), k.site.clone()),
+            (label::MACHINE_CLASS.to_owned(), k.machine_class.clone()),
+            (label::MODEL.to_owned(), k.model.clone()),
+            (label::MODEL_VERSION.to_owned(), k.model_version.clone()),
+            (label::SITE.to_owned(), k.site.clone()),
         ]);
         for c in components(line, &report.currency) {
             let cost = round9(c.cost);

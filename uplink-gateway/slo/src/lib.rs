@@ -4,6 +4,8 @@
 //! fetches raw samples (embedded store or Prometheus) and prints what this crate returns.
 //!
 //! Layout:
+//! - [`names`]: series names, label names and shared label values of `docs/series.md`, which the
+//!   gateway writes by.
 //! - [`series`]: raw counter samples ([`SeriesSet`]) and the one increase rule every number uses.
 //! - [`catalog`]: the SLO catalog in config ([`CatalogConfig`] → [`Catalog`]), defaults included.
 //! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy;
@@ -21,11 +23,12 @@
 //!   report.
 //! - Time is event time and always an argument.
 //!
-//! Metric names and labels follow `docs/series.md`.
+//! Metric names and labels follow `docs/series.md`, through [`names`].
 
 pub mod catalog;
 pub mod cost;
 pub mod focus;
+pub mod names;
 pub mod report;
 pub mod rules;
 pub mod series;
@@ -42,30 +45,10 @@ pub use rules::render_rules;
 pub use series::{Labels, Series, SeriesSet, Window};
 pub use slo::{Evaluation, SloReport, evaluate};
 
+use names::{label, metric};
 use serde::Serialize;
 
-/// Metric names of `docs/series.md` that this crate reads.
-pub mod metric {
-    /// Control-loop cycles, per `loop`, `model`, `model_version`.
-    pub const CONTROL_CYCLES: &str = "edge_control_cycles_total";
-    /// Control-loop deadline misses, same labels.
-    pub const CONTROL_MISSED: &str = "edge_control_deadline_missed_total";
-    /// Thermally throttled seconds, per `component`, `model`, `model_version`.
-    pub const THROTTLE_SECONDS: &str = "edge_thermal_throttle_seconds_total";
-    /// Machine seconds per `mode` (`autonomous`, `manual`, `teleoperated`, `idle`).
-    pub const AUTONOMY_SECONDS: &str = "edge_autonomy_seconds_total";
-    /// Energy from the power rails, per `rail`, joules.
-    pub const ENERGY_JOULES: &str = "edge_energy_joules_total";
-    /// Safety events accepted by the gateway (gateway arrival time).
-    pub const SAFETY_EVENTS_RECEIVED: &str = "edgewatch_safety_events_received_total";
-    /// Of those, the ones within the freshness limit of the machine's reconnect.
-    pub const SAFETY_EVENTS_FRESH: &str = "edgewatch_safety_events_fresh_total";
-}
-
-/// Labels an SLO is reported by, in this order. A missing label counts as `""`, as in PromQL.
-pub const GROUP_LABELS: [&str; 4] = ["machine_class", "site", "model", "model_version"];
-
-/// One (machine class, site, model, model version) cell.
+/// One (machine class, site, model, model version) cell: the values of [`names::GROUP_LABELS`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct GroupKey {
     /// `machine_class` label.
@@ -81,10 +64,10 @@ pub struct GroupKey {
 impl GroupKey {
     pub(crate) fn of(series: &Series) -> Self {
         Self {
-            machine_class: series.label("machine_class").to_owned(),
-            site: series.label("site").to_owned(),
-            model: series.label("model").to_owned(),
-            model_version: series.label("model_version").to_owned(),
+            machine_class: series.label(label::MACHINE_CLASS).to_owned(),
+            site: series.label(label::SITE).to_owned(),
+            model: series.label(label::MODEL).to_owned(),
+            model_version: series.label(label::MODEL_VERSION).to_owned(),
         }
     }
 }

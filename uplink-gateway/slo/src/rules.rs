@@ -2,7 +2,7 @@
 //! their ratio, the budget remaining over the period, and one multi-window burn-rate alert per
 //! alert window, for the scaled path where Prometheus (or Mimir, VictoriaMetrics) evaluates.
 //!
-//! Shape, per SLO (one rule group `slo-<name>`), grouped by [`crate::GROUP_LABELS`]:
+//! Shape, per SLO (one rule group `slo-<name>`), grouped by [`crate::names::GROUP_LABELS`]:
 //! - `slo:sli_error:increase<w>` and `slo:sli_total:increase<w>`: `sum by (…) (increase(…[w]))`,
 //!   totals rather than ratios, so further aggregation stays a ratio of sums.
 //! - `slo:sli_error:ratio_rate<w>` = error total / total, for every alert window and the period.
@@ -20,9 +20,9 @@
 //! - The output is deterministic for a catalog (same text every time).
 //! - Label values in selectors are escaped for PromQL strings and, in regex matchers, for RE2.
 
-use crate::GROUP_LABELS;
 use crate::calendar::format_duration;
 use crate::catalog::{Bad, Catalog, Selector, Slo};
+use crate::names::GROUP_LABELS;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 

@@ -26,7 +26,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
+use edgewatch_proto::tier::{self, TIERS};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
 use edgewatch_queue::BatchLimits;
@@ -40,7 +42,6 @@ use tokio::sync::watch;
 
 use crate::clock::{self, unix_ms, unix_ns};
 use crate::config::{Machine, Uplink as UplinkConfig};
-use crate::pacing::backoff::Backoff;
 use crate::pacing::token_bucket::TokenBucket;
 use crate::spool::{DurableChanges, Spool};
 use tracker::Tracker;
@@ -145,14 +146,6 @@ pub enum DrainError {
     Topic,
 }
 
-fn tier_index(tier: Tier) -> usize {
-    match tier {
-        Tier::Safety => 0,
-        Tier::Slo => 1,
-        Tier::Debug | Tier::Unspecified => 2,
-    }
-}
-
 impl Drain {
     /// A drain emptying `spool`'s queue under `machine`'s identity.
     pub fn new(
@@ -163,9 +156,10 @@ impl Drain {
         stats: Rc<RefCell<DrainStats>>,
     ) -> Result<Self, DrainError> {
         let topic = |tier| batch_topic(&machine.site, &machine.id, tier).ok_or(DrainError::Topic);
-        let mut topics = [topic(Tier::Safety)?, topic(Tier::Slo)?, topic(Tier::Debug)?];
-        for (slot, tier) in topics.iter_mut().zip(["safety", "slo", "debug"]) {
-            if let Some(custom) = config.topic_overrides.get(tier) {
+        let [safety, slo, debug] = TIERS.map(topic);
+        let mut topics = [safety?, slo?, debug?];
+        for (slot, name) in topics.iter_mut().zip(tier::NAMES) {
+            if let Some(custom) = config.topic_overrides.get(name) {
                 custom.clone_into(slot);
             }
         }
@@ -345,7 +339,8 @@ impl Drain {
             let Sent::Batch { tier, bytes, .. } = sent else {
                 continue;
             };
-            let topic = &self.topics[tier_index(tier)];
+            // The queue hands out no Tier::Unspecified batch; one would go out as debug.
+            let topic = &self.topics[tier::index(tier).unwrap_or(tier::DEBUG)];
             if let Some(bucket) = &mut self.bucket {
                 bucket.take(
                     (self.payload.len() + topic.len() + PUBLISH_OVERHEAD) as u64,
@@ -428,10 +423,12 @@ impl Drain {
                 // so that it cannot happen with a valid configuration.
                 tracing::error!(%error, tier = ?batch.tier(), first = batch.first_seq(), "A batch could not be encoded; its tier is parked.");
                 drop(queue);
-                self.park(
-                    tier_index(Tier::try_from(self.header.tier).unwrap_or(Tier::Debug)),
-                    &error.to_string(),
-                );
+                // An unknown or unspecified header tier parks debug.
+                let slot = Tier::try_from(self.header.tier)
+                    .ok()
+                    .and_then(tier::index)
+                    .unwrap_or(tier::DEBUG);
+                self.park(slot, &error.to_string());
                 self.spool.queue_mut().requeue_unacked();
                 None
             }
@@ -534,8 +531,10 @@ impl Drain {
                 stats.batches_acked += 1;
                 stats.events_acked += events;
                 stats.payload_bytes_acked += bytes;
-                stats.event_bytes_acked_by_tier[tier_index(tier)] += bytes;
-                stats.wire_bytes_acked_by_tier[tier_index(tier)] += wire_bytes;
+                // Tier::Unspecified (never handed out by the queue) counts as debug.
+                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
+                stats.event_bytes_acked_by_tier[slot] += bytes;
+                stats.wire_bytes_acked_by_tier[slot] += wire_bytes;
                 None
             }
             PubAckReason::NoMatchingSubscribers if self.config.retry_when_no_subscribers => {
@@ -560,9 +559,11 @@ impl Drain {
             }
             refusal => {
                 let text = format!("{refusal:?}");
-                tracing::error!(reason = %text, ?tier, first, last, topic = %self.topics[tier_index(tier)], "The broker refused a publish; the tier is parked and nothing is deleted.");
+                // Tier::Unspecified (never handed out by the queue) parks debug.
+                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
+                tracing::error!(reason = %text, ?tier, first, last, topic = %self.topics[slot], "The broker refused a publish; the tier is parked and nothing is deleted.");
                 self.stats.borrow_mut().refused += 1;
-                self.park(tier_index(tier), &text);
+                self.park(slot, &text);
                 // The refused records go back with everything else in flight (the connection is
                 // dropped: Mosquitto closes it anyway) and stay unsent while the tier is parked.
                 (!stale).then(|| format!("refused: {text}"))
@@ -603,7 +604,7 @@ impl Drain {
     }
 
     async fn wait_backoff(&mut self, shutdown: &mut watch::Receiver<bool>) {
-        let wait = self.backoff.next_wait(rand::random::<f64>());
+        let wait = self.backoff.next_wait(Jitter::Full(rand::random::<f64>()));
         self.stats.borrow_mut().backoff_ms =
             Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         tokio::select! {

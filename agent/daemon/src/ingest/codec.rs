@@ -92,10 +92,10 @@ pub fn next_frame(buf: &[u8], max: usize) -> Result<Frame, SubmissionError> {
 pub fn decode_submission(body: &[u8]) -> Result<(Tier, Event), SubmissionError> {
     let submission = LocalSubmission::decode(body)
         .map_err(|error| SubmissionError::Malformed(error.to_string()))?;
-    let tier = match Tier::try_from(submission.tier) {
-        Ok(tier @ (Tier::Safety | Tier::Slo | Tier::Debug)) => tier,
-        _ => return Err(SubmissionError::Tier),
-    };
+    let tier = Tier::try_from(submission.tier)
+        .ok()
+        .filter(|tier| edgewatch_proto::tier::index(*tier).is_some())
+        .ok_or(SubmissionError::Tier)?;
     let event = submission.event.unwrap_or_default();
     match &event.kind {
         Some(
@@ -162,7 +162,7 @@ pub fn kind_name(kind: &event::Kind) -> &'static str {
 
 /// Parses a tier name as used on the command line and in topics.
 pub fn parse_tier(name: &str) -> Option<Tier> {
-    edgewatch_proto::topic::tier_from_segment(name)
+    edgewatch_proto::tier::from_name(name)
 }
 
 /// Parses an autonomy mode name (`autonomous`, `manual`, `teleoperated`, `idle`).

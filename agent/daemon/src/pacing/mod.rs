@@ -1,4 +1,3 @@
-//! Pacing: how fast the agent may reconnect, send and accept.
+//! Pacing: how fast the agent may send and accept.
 
-pub mod backoff;
 pub mod token_bucket;

@@ -20,7 +20,8 @@
 //!   fatal. Blank lines are skipped.
 //! - Every exit and every spawn failure is counted and reported with the delay before the next
 //!   start; the delay doubles per exit from `backoff.min` up to `backoff.max`, and a run that
-//!   lasted at least `backoff.max` resets it ([`Backoff`]).
+//!   lasted at least `backoff.max` resets it (`edgewatch_conventions::backoff`, no jitter: one
+//!   local child has nobody to spread from).
 //! - The child gets no stdin, its stderr is discarded, and it is killed when the source is
 //!   dropped. It inherits the agent's CPU affinity and scheduling policy.
 //! - Reading a line reuses one buffer: in steady state the child path does not allocate.
@@ -35,13 +36,14 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use tegrastats_parser::{ParseError, Sample, parse_line};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::clock;
-use super::config::{BackoffConfig, TegrastatsConfig, TegrastatsSourceConfig};
+use super::config::{TegrastatsConfig, TegrastatsSourceConfig};
 use crate::sink::Now;
 
 /// Longest line kept: real lines are under 1.2 KB; anything this long is not tegrastats.
@@ -205,43 +207,6 @@ pub struct TegrastatsStatus {
     pub finished: bool,
 }
 
-/// Exponential restart delays. Pure: the caller says how long the run lasted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    config: BackoffConfig,
-    next: Duration,
-}
-
-impl Backoff {
-    /// Starts at `config.min`.
-    pub fn new(config: BackoffConfig) -> Self {
-        Self {
-            config,
-            next: config.min,
-        }
-    }
-
-    /// The delay after a run that lasted `ran_for` (zero for a failed spawn): `min` after a run
-    /// of at least `max`, else the current delay, which then doubles up to `max`.
-    pub fn after_run(&mut self, ran_for: Duration) -> Duration {
-        if ran_for >= self.config.max {
-            self.next = self.config.min;
-        }
-        let delay = self.next;
-        self.next = self
-            .next
-            .checked_mul(2)
-            .unwrap_or(self.config.max)
-            .min(self.config.max);
-        delay
-    }
-
-    /// The delay the next exit will get.
-    pub fn peek(&self) -> Duration {
-        self.next
-    }
-}
-
 /// Where tegrastats lines come from. Drive it with [`TegrastatsSource::next`] from the agent's
 /// loop.
 #[derive(Debug)]
@@ -285,7 +250,7 @@ impl TegrastatsSource {
             TegrastatsSourceConfig::Child { program } => Inner::Child(Box::new(ChildRunner {
                 program: program.clone(),
                 interval_arg: interval_ms.to_string(),
-                backoff: Backoff::new(config.backoff),
+                backoff: Backoff::new(config.backoff.min, config.backoff.max),
                 state: ChildState::Idle,
                 line: Vec::with_capacity(2 * 1024),
                 line_ready: false,
@@ -470,7 +435,7 @@ impl ChildRunner {
                     self.overlong = false;
                     let exit_status = reap(child).await;
                     let exit = ExitInfo::new(exit_status, started.elapsed(), *lines);
-                    let restart_in = self.backoff.after_run(exit.ran_for);
+                    let restart_in = self.backoff.after_run(exit.ran_for, Jitter::None);
                     // Stamped before the deadline is set: the restart is at least `restart_in`
                     // after the event's time.
                     let at = clock::now();
@@ -481,7 +446,7 @@ impl ChildRunner {
                     status.running = false;
                     status.pid = None;
                     status.last_exit = Some(exit);
-                    status.next_backoff = self.backoff.peek();
+                    status.next_backoff = self.backoff.ceiling();
                     tracing::warn!(
                         code = exit.code,
                         signal = exit.signal,
@@ -537,13 +502,13 @@ impl ChildRunner {
                 })
             }
             Err(error) => {
-                let restart_in = self.backoff.after_run(Duration::ZERO);
+                let restart_in = self.backoff.after_run(Duration::ZERO, Jitter::None);
                 let at = clock::now();
                 self.state = ChildState::Waiting {
                     until: Instant::now() + restart_in,
                 };
                 status.spawn_failures += 1;
-                status.next_backoff = self.backoff.peek();
+                status.next_backoff = self.backoff.ceiling();
                 tracing::warn!(
                     %error,
                     program = %self.program.display(),
@@ -702,35 +667,6 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn backoff(min_ms: u64, max_ms: u64) -> Backoff {
-        Backoff::new(BackoffConfig {
-            min: Duration::from_millis(min_ms),
-            max: Duration::from_millis(max_ms),
-        })
-    }
-
-    #[test]
-    fn the_restart_delay_doubles_per_quick_exit_up_to_the_maximum() {
-        let mut b = backoff(100, 1_000);
-        let delays: Vec<u64> = (0..6)
-            .map(|_| b.after_run(Duration::from_millis(10)).as_millis() as u64)
-            .collect();
-        assert_eq!(delays, [100, 200, 400, 800, 1_000, 1_000]);
-    }
-
-    #[test]
-    fn a_run_as_long_as_the_maximum_delay_resets_the_backoff() {
-        let mut b = backoff(100, 1_000);
-        b.after_run(Duration::ZERO);
-        b.after_run(Duration::ZERO);
-        assert_eq!(b.peek(), Duration::from_millis(400));
-        assert_eq!(
-            b.after_run(Duration::from_secs(1)),
-            Duration::from_millis(100)
-        );
-        assert_eq!(b.peek(), Duration::from_millis(200));
-    }
 
     #[test]
     fn lines_are_checked_for_blankness_and_utf8_before_parsing() {
