@@ -20,7 +20,7 @@ use edgewatch_proto::v1::{
     Batch, DeadlineCounters, DeadlineMissBurst, Event, LatencyHistogram, LoopRef, ModelVersion,
     RailPower, Temperature, ThermalSample, Tier, event,
 };
-use edgewatch_queue::{Queue, QueueConfig};
+use edgewatch_queue::{Queue, RawQueueConfig};
 use prost::Message;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
@@ -285,7 +285,7 @@ fn agent_run(broker: std::net::SocketAddr, total: u64) -> AgentRun {
     let queue_dir = dir.path().join("queue");
     // The backlog: written straight into the agent's queue, as days offline would leave it.
     {
-        let mut config = QueueConfig::new(&queue_dir);
+        let mut config = RawQueueConfig::new(&queue_dir);
         config.budget_bytes = 2 * 1024 * 1024 * 1024;
         let (mut queue, _) = Queue::open(config, SystemTime::now()).unwrap();
         for i in 0..total {

@@ -314,7 +314,7 @@ pub struct QueueSettings {
     /// Directory holding the queue database (and its quarantine folder).
     pub dir: PathBuf,
     /// The queue's own configuration.
-    pub queue: edgewatch_queue::ValidConfig,
+    pub queue: edgewatch_queue::QueueConfig,
 }
 
 /// mTLS material.
@@ -419,8 +419,8 @@ impl Config {
 }
 
 impl RawQueue {
-    fn into_queue_config(self) -> Result<edgewatch_queue::ValidConfig, ConfigError> {
-        let mut config = edgewatch_queue::QueueConfig::new(self.dir);
+    fn into_queue_config(self) -> Result<edgewatch_queue::QueueConfig, ConfigError> {
+        let mut config = edgewatch_queue::RawQueueConfig::new(self.dir);
         if let Some(value) = self.budget_bytes {
             config.budget_bytes = value;
         }
@@ -454,7 +454,7 @@ impl RawQueue {
         }
         config.validate().map_err(|error| {
             // The queue names its own fields; give them the file's names.
-            let key = match error.key {
+            let key = match error.key.as_str() {
                 "dir" => "queue.dir".to_owned(),
                 "max_age.safety" | "max_age.slo" | "max_age.debug" => {
                     format!("queue.max_age_s.{}", &error.key["max_age.".len()..])

@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::ConfigError;
+use edgewatch_conventions::config::ConfigError;
+
 use crate::record::MalformedEvent;
 use crate::tiers::PerTier;
 

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
 
-use crate::config::{PENDING_CAPACITY, QueueConfig, ValidConfig};
+use crate::config::{LOSS_RESERVE_BYTES, PENDING_CAPACITY, QueueConfig, RawQueueConfig};
 use crate::error::{AppendError, FlushError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
@@ -37,9 +37,6 @@ const FRESH_FILE: &str = "queue.redb.new";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
-/// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without
-/// evicting again.
-pub const LOSS_RESERVE_BYTES: u64 = 4096;
 /// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
 pub const MAX_REPORT_BYTES: u64 = 160;
 /// `compact_if_drained` rewrites the file only when it is at least this large...
@@ -263,7 +260,7 @@ impl LossLedger {
 /// The durable priority-tiered event queue. See the crate documentation.
 #[derive(Debug)]
 pub struct Queue {
-    config: ValidConfig,
+    config: QueueConfig,
     path: PathBuf,
     /// `None` while the store failed and waits to be reopened.
     store: Option<StoreSlot>,
@@ -311,7 +308,10 @@ impl Queue {
     /// Opens (or creates) the queue in `config.dir`. A store that will not open, or panics while
     /// opening, is moved to `quarantine/` and replaced by a fresh one with a new epoch, whose
     /// first record reports the loss.
-    pub fn open(config: QueueConfig, now: SystemTime) -> Result<(Queue, OpenReport), QueueError> {
+    pub fn open(
+        config: RawQueueConfig,
+        now: SystemTime,
+    ) -> Result<(Queue, OpenReport), QueueError> {
         let config = config.validate()?;
         let dir = config.get().dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| QueueError::Directory {
@@ -436,8 +436,8 @@ impl Queue {
         Ok((queue, report))
     }
 
-    /// The validated configuration.
-    pub fn config(&self) -> &QueueConfig {
+    /// The validated configuration's settings.
+    pub fn config(&self) -> &RawQueueConfig {
         self.config.get()
     }
 
@@ -1277,7 +1277,7 @@ fn insert_event(
 /// reused if the damage rolled the state back); records the old state counted but that could not
 /// be copied are reported as `Corrupt` losses, and the old loss totals carry over.
 fn quarantine(
-    config: &ValidConfig,
+    config: &QueueConfig,
     path: &Path,
     reason: &str,
     salvage: bool,

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
-use edgewatch_queue::{BatchLimits, Queue, QueueConfig, TIERS};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig, TIERS};
 
 /// xorshift64*: reproducible from the seed, no dependency.
 struct Rng(u64);
@@ -69,7 +69,7 @@ fn work(
     budget: u64,
     max_appends: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = QueueConfig::new(dir);
+    let mut config = RawQueueConfig::new(dir);
     config.budget_bytes = budget;
     config.cache_bytes = 4 * 1024 * 1024;
     config.max_record_bytes = 4096;
