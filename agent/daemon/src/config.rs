@@ -103,13 +103,13 @@ struct RawConfig {
     #[serde(default)]
     status: RawStatus,
     #[serde(default)]
-    deadline: edgewatch_samplers::deadline::RawDeadlineSection,
+    deadline: edgewatch_samplers::deadline::RawDeadlineConfig,
     #[serde(default)]
-    probe: Vec<edgewatch_samplers::deadline::RawProbeSection>,
+    probe: Vec<edgewatch_samplers::deadline::RawProbeConfig>,
     #[serde(default)]
-    model: edgewatch_samplers::model::RawModelSection,
+    model: edgewatch_samplers::model::RawModelConfig,
     #[serde(default)]
-    thermal: edgewatch_samplers::thermal::ThermalConfigRaw,
+    thermal: edgewatch_samplers::thermal::RawThermalConfig,
 }
 
 #[derive(Debug, Deserialize)]
@@ -486,16 +486,10 @@ impl RawConfig {
             .model
             .validate()
             .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
-        let thermal = self.thermal.validate().map_err(|error| {
-            use edgewatch_samplers::thermal::ThermalConfigError as E;
-            let message = match &error {
-                E::OutOfRange {
-                    value, expected, ..
-                } => format!("{value} is out of range ({expected})"),
-                E::Invalid { problem, .. } => problem.clone(),
-            };
-            ConfigError::invalid(error.key(), message)
-        })?;
+        let thermal = self
+            .thermal
+            .validate()
+            .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
 
         let uplink = self.uplink;
         if uplink.host.is_empty() {
