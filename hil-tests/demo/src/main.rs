@@ -9,11 +9,10 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 use edgewatch_demo::run::{Options, Outcome, run};
 use edgewatch_demo::scenario::Plan;
 
-/// Exit status for a bad argument (sysexits `EX_USAGE`).
-const EXIT_USAGE: u8 = 64;
 /// Default run length: long enough for every part of the story, short enough to watch.
 const DEFAULT_DURATION: &str = "90s";
 /// Run length of `--quick`.
@@ -41,19 +40,9 @@ struct Cli {
     keep: bool,
 }
 
+/// `--duration` in the workspace's one duration grammar; [`Plan::new`] checks its range.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` has no unit (use s or m)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
-    match unit {
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        _ => Err(format!("`{text}`: unknown unit `{unit}` (use s or m)")),
-    }
+    edgewatch_conventions::duration::parse(text).map_err(|error| error.to_string())
 }
 
 fn default_out() -> PathBuf {
@@ -78,7 +67,7 @@ fn main() -> ExitCode {
         Ok(plan) => plan,
         Err(error) => {
             eprintln!("edgewatch-demo: {error}");
-            return ExitCode::from(EXIT_USAGE);
+            return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
     let out = cli.out.unwrap_or_else(default_out);
