@@ -26,7 +26,7 @@ const QUICK_DURATION: &str = "36s";
 )]
 struct Cli {
     /// How long the machines operate (e.g. 90s, 2m); 24 s to 1 h.
-    #[arg(long, default_value = DEFAULT_DURATION, value_parser = parse_duration)]
+    #[arg(long, default_value = DEFAULT_DURATION, value_parser = run_length)]
     duration: Duration,
     /// A short run (36 s of operation), as the tests use.
     #[arg(long, conflicts_with = "duration")]
@@ -41,7 +41,7 @@ struct Cli {
 }
 
 /// `--duration` in the workspace's one duration grammar; [`Plan::new`] checks its range.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+fn run_length(text: &str) -> Result<Duration, String> {
     edgewatch_conventions::duration::parse(text).map_err(|error| error.to_string())
 }
 
@@ -59,7 +59,7 @@ fn default_out() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let duration = if cli.quick {
-        parse_duration(QUICK_DURATION).unwrap_or(cli.duration)
+        run_length(QUICK_DURATION).unwrap_or(cli.duration)
     } else {
         cli.duration
     };

@@ -720,13 +720,10 @@ mod tests {
     use super::*;
     use crate::calendar::MS_PER_DAY;
 
-    /// A window of the catalog in milliseconds, `None` when refused.
-    fn parse_duration(text: &str) -> Option<i64> {
-        duration_ms(&ALERT_LONG, ALERT_LONG.name, text).ok()
-    }
-
     #[test]
     fn durations_parse_and_format_in_prometheus_units() {
+        // A window of the catalog in milliseconds, `None` when refused.
+        let parse_duration = |text: &str| duration_ms(&ALERT_LONG, ALERT_LONG.name, text).ok();
         assert_eq!(parse_duration("5m"), Some(300_000));
         assert_eq!(parse_duration("30d"), Some(30 * MS_PER_DAY));
         assert_eq!(parse_duration("250ms"), Some(250));

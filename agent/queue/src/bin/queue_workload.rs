@@ -16,6 +16,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
 use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig, TIERS};
 
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         eprintln!("usage: queue-workload <dir> <run> <seed> [budget_bytes] [max_appends]");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_BAD_CONFIG);
     }
     let parse = |i: usize, default: u64| -> Option<u64> {
         args.get(i).map_or(Some(default), |v| v.parse().ok())
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
         parse(5, u64::MAX),
     ) else {
         eprintln!("queue-workload: run, seed, budget_bytes and max_appends must be integers");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_BAD_CONFIG);
     };
     match work(&args[1], run, seed, budget, max_appends) {
         Ok(()) => ExitCode::SUCCESS,
