@@ -8,7 +8,7 @@
 //! - Every default is a named constant with the reason for its value.
 //! - Durations are strings of the one grammar (`keep_alive = "30s"`), each key with its bounds
 //!   ([`duration_keys`]). The integer `_s`/`_ms` keys of older files still load to the same
-//!   value: [`Config::renamed_keys`] lists them, loading logs a warning for each, `check-config`
+//!   value: `Config::renamed_keys` lists them, loading logs a warning for each, `check-config`
 //!   prints them, and giving both spellings of one setting is refused.
 
 use std::collections::BTreeSet;
@@ -547,11 +547,6 @@ impl Config {
         }
         Ok(config)
     }
-
-    /// The deprecated keys the file uses.
-    pub fn renamed_keys(&self) -> &[RenamedKey] {
-        &self.renamed_keys
-    }
 }
 
 impl RawQueueSettings {
@@ -574,7 +569,7 @@ impl RawQueueSettings {
         let age = |key: &DurationKey, text: Option<&String>, seconds: Option<u64>, default| {
             key.resolve(text.map(String::as_str), seconds)
                 .map(|given| match given {
-                    Some(Given { value, key }) => (Some(value).filter(|v| !v.is_zero()), key),
+                    Some(given) => (Some(given.value).filter(|v| !v.is_zero()), given.key),
                     None => (default, key.name),
                 })
         };

@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { config: path } => match load(&path) {
             Ok(config) => {
                 println!("{}: valid", path.display());
-                for renamed in config.renamed_keys() {
+                for renamed in &config.renamed_keys {
                     println!(
                         "{}: deprecated key `{}` still loads; rename it `{}`",
                         path.display(),
