@@ -20,7 +20,7 @@ use edgewatch_proto::v1::{
     Batch, DeadlineCounters, DeadlineMissBurst, Event, LatencyHistogram, LoopRef, ModelVersion,
     RailPower, Temperature, ThermalSample, Tier, event,
 };
-use edgewatch_queue::{Queue, QueueConfig};
+use edgewatch_queue::{Queue, RawQueueConfig};
 use prost::Message;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
@@ -285,7 +285,7 @@ fn agent_run(broker: std::net::SocketAddr, total: u64) -> AgentRun {
     let queue_dir = dir.path().join("queue");
     // The backlog: written straight into the agent's queue, as days offline would leave it.
     {
-        let mut config = QueueConfig::new(&queue_dir);
+        let mut config = RawQueueConfig::new(&queue_dir);
         config.budget_bytes = 2 * 1024 * 1024 * 1024;
         let (mut queue, _) = Queue::open(config, SystemTime::now()).unwrap();
         for i in 0..total {
@@ -304,7 +304,7 @@ fn agent_run(broker: std::net::SocketAddr, total: u64) -> AgentRun {
     std::fs::write(
         &config,
         format!(
-            "[machine]\nid = \"bench-1\"\nsite = \"bench\"\nclass = \"haul-truck\"\n\n[queue]\ndir = \"{}\"\nbudget_bytes = 2147483648\n\n[uplink]\nhost = \"127.0.0.1\"\nport = {}\nkeepalive_s = 30\ninitial_delay_max_ms = 0\nbackoff_min_ms = 50\nbackoff_max_ms = 200\n\n[scheduling]\nidle_priority = false\n\n[ingest]\nsocket = \"{}\"\n\n[thermal]\ntegrastats_enabled = false\nsysfs_root = \"{}\"\n",
+            "[machine]\nid = \"bench-1\"\nsite = \"bench\"\nclass = \"haul-truck\"\n\n[queue]\ndir = \"{}\"\nbudget_bytes = 2147483648\n\n[uplink]\nhost = \"127.0.0.1\"\nport = {}\nkeep_alive = \"30s\"\ninitial_delay_max = \"0s\"\nbackoff_min = \"50ms\"\nbackoff_max = \"200ms\"\n\n[scheduling]\nidle_priority = false\n\n[ingest]\nsocket = \"{}\"\n\n[thermal]\ntegrastats_enabled = false\nsysfs_root = \"{}\"\n",
             queue_dir.display(),
             proxy.port(),
             dir.path().join("agent.sock").display(),

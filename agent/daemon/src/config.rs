@@ -1,21 +1,30 @@
-//! Agent configuration: a raw form mirroring the TOML file, then a validated form with units in the
-//! types and cross-field checks done.
+//! Agent configuration: a raw form mirroring the TOML file ([`RawConfig`]), then a validated form
+//! with units in the types and cross-field checks done ([`Config::from_raw`]), following the
+//! workspace's convention (`edgewatch_conventions::config`).
 //!
 //! Invariants:
-//! - Unknown keys are errors, and every error names the key it is about (`uplink.keepalive_s`).
+//! - Unknown keys are errors, and every error names the key it is about (`uplink.keep_alive`).
 //! - Parsing does no I/O beyond reading the one file; validation does none at all.
 //! - Every default is a named constant with the reason for its value.
+//! - Durations are strings of the one grammar (`keep_alive = "30s"`), each key with its bounds
+//!   ([`duration_keys`]). The integer `_s`/`_ms` keys of older files still load to the same
+//!   value: `Config::renamed_keys` lists them, loading logs a warning for each, `check-config`
+//!   prints them, and giving both spellings of one setting is refused.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use edgewatch_conventions::config::{ConfigError, RenamedKey};
+use edgewatch_conventions::duration::{DurationKey, Given, IntegerUnit};
 use serde::Deserialize;
 
 /// MQTT keepalive: a dead link is noticed within two of these (rumqttc refuses less than 5 s).
 pub const DEFAULT_KEEPALIVE_S: u64 = 30;
 /// rumqttc refuses keepalives below this.
 pub const MIN_KEEPALIVE_S: u64 = 5;
+/// MQTT carries the keepalive in 16 bits of seconds.
+pub const MAX_KEEPALIVE_S: u64 = 65_535;
 /// Raw (uncompressed) bytes per batch: compressed, always under the wire format's 512 KiB limit.
 pub const DEFAULT_MAX_BATCH_BYTES: u64 = 256 * 1024;
 /// Events per batch: keeps a batch's decode cost at the gateway small.
@@ -39,9 +48,102 @@ pub const DEFAULT_INGEST_BURST: u32 = 20_000;
 /// Socket permissions: owner and group may submit.
 pub const DEFAULT_INGEST_MODE: u32 = 0o660;
 
-/// Why a configuration was refused. Each variant names the key.
+/// `uplink.keep_alive`: rumqttc's floor to MQTT's 16 bits of seconds.
+pub const KEEP_ALIVE: DurationKey = DurationKey::new(
+    "uplink.keep_alive",
+    Duration::from_secs(MIN_KEEPALIVE_S),
+    Duration::from_secs(MAX_KEEPALIVE_S),
+)
+.replacing("uplink.keepalive_s", IntegerUnit::Seconds);
+/// `uplink.backoff_min`: above zero (a zero backoff is a hot reconnect loop), at most an hour.
+pub const BACKOFF_MIN: DurationKey = DurationKey::new(
+    "uplink.backoff_min",
+    Duration::from_millis(1),
+    Duration::from_secs(3_600),
+)
+.replacing("uplink.backoff_min_ms", IntegerUnit::Milliseconds);
+/// `uplink.backoff_max`: at least `uplink.backoff_min`, at most a day.
+pub const BACKOFF_MAX: DurationKey = DurationKey::new(
+    "uplink.backoff_max",
+    Duration::from_millis(1),
+    Duration::from_secs(86_400),
+)
+.replacing("uplink.backoff_max_ms", IntegerUnit::Milliseconds);
+/// `uplink.initial_delay_max`: 0 (connect at once) to an hour.
+pub const INITIAL_DELAY_MAX: DurationKey = DurationKey::new(
+    "uplink.initial_delay_max",
+    Duration::ZERO,
+    Duration::from_secs(3_600),
+)
+.replacing("uplink.initial_delay_max_ms", IntegerUnit::Milliseconds);
+/// `queue.safety_flush`: positive, at most a minute (and at most `queue.bulk_flush`).
+pub const SAFETY_FLUSH: DurationKey = DurationKey::new(
+    "queue.safety_flush",
+    Duration::from_millis(1),
+    Duration::from_secs(60),
+)
+.replacing("queue.safety_flush_ms", IntegerUnit::Milliseconds);
+/// `queue.bulk_flush`: positive, at most a minute.
+pub const BULK_FLUSH: DurationKey = DurationKey::new(
+    "queue.bulk_flush",
+    Duration::from_millis(1),
+    Duration::from_secs(60),
+)
+.replacing("queue.bulk_flush_ms", IntegerUnit::Milliseconds);
+/// `queue.offline_window_alarm`: 0 disables the alarm; at most a year.
+pub const OFFLINE_WINDOW_ALARM: DurationKey = DurationKey::new(
+    "queue.offline_window_alarm",
+    Duration::ZERO,
+    Duration::from_secs(365 * 86_400),
+)
+.replacing("queue.offline_window_alarm_s", IntegerUnit::Seconds);
+/// `queue.max_age.safety`: 0 keeps records until delivered or evicted; else at least a second
+/// (the queue's own rule), at most ten years.
+pub const MAX_AGE_SAFETY: DurationKey = DurationKey::new(
+    "queue.max_age.safety",
+    Duration::ZERO,
+    Duration::from_secs(3_650 * 86_400),
+)
+.replacing("queue.max_age_s.safety", IntegerUnit::Seconds);
+/// `queue.max_age.slo`: as `queue.max_age.safety`.
+pub const MAX_AGE_SLO: DurationKey = DurationKey::new(
+    "queue.max_age.slo",
+    Duration::ZERO,
+    Duration::from_secs(3_650 * 86_400),
+)
+.replacing("queue.max_age_s.slo", IntegerUnit::Seconds);
+/// `queue.max_age.debug`: as `queue.max_age.safety`.
+pub const MAX_AGE_DEBUG: DurationKey = DurationKey::new(
+    "queue.max_age.debug",
+    Duration::ZERO,
+    Duration::from_secs(3_650 * 86_400),
+)
+.replacing("queue.max_age_s.debug", IntegerUnit::Seconds);
+/// The duration keys of the agent's own tables.
+const OWN_DURATION_KEYS: [DurationKey; 10] = [
+    KEEP_ALIVE,
+    BACKOFF_MIN,
+    BACKOFF_MAX,
+    INITIAL_DELAY_MAX,
+    SAFETY_FLUSH,
+    BULK_FLUSH,
+    OFFLINE_WINDOW_ALARM,
+    MAX_AGE_SAFETY,
+    MAX_AGE_SLO,
+    MAX_AGE_DEBUG,
+];
+
+/// Every duration key of the agent's file, the samplers' `[deadline]` and `[thermal]` included.
+pub fn duration_keys() -> impl Iterator<Item = DurationKey> {
+    OWN_DURATION_KEYS
+        .into_iter()
+        .chain(edgewatch_samplers::deadline::config::DURATION_KEYS)
+        .chain(edgewatch_samplers::thermal::config::DURATION_KEYS)
+}
+
+/// Why the agent's configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum LoadError {
     /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -50,51 +152,45 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The TOML is malformed or a key is unknown or of the wrong type.
-    #[error("{path}: key `{key}`: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// Dotted path of the key.
-        key: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// A value is out of range or inconsistent with another.
-    #[error("key `{key}`: {message}")]
-    Invalid {
-        /// Dotted path of the key.
-        key: String,
-        /// What is wrong with it.
-        message: String,
-    },
+    /// The file was read and its configuration refused.
+    #[error(transparent)]
+    Refused(#[from] ConfigError),
 }
 
-impl ConfigError {
-    fn invalid(key: &str, message: impl Into<String>) -> Self {
-        Self::Invalid {
-            key: key.to_owned(),
-            message: message.into(),
-        }
-    }
-
+impl LoadError {
     /// The key the error is about.
     pub fn key(&self) -> Option<&str> {
         match self {
             Self::Read { .. } => None,
-            Self::Parse { key, .. } | Self::Invalid { key, .. } => Some(key),
+            Self::Refused(error) => Some(error.key()),
         }
     }
+}
+
+/// The value of one duration key, under either spelling, or `default`.
+fn resolve(
+    key: &DurationKey,
+    text: Option<&String>,
+    integer: Option<u64>,
+    default: Duration,
+) -> Result<Given, ConfigError> {
+    Ok(key
+        .resolve(text.map(String::as_str), integer)?
+        .unwrap_or(Given {
+            value: default,
+            key: key.name,
+        }))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raw form: mirrors the file.
 
+/// The agent's file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct RawConfig {
     machine: RawMachine,
-    queue: RawQueue,
+    queue: RawQueueSettings,
     uplink: RawUplink,
     #[serde(default)]
     scheduling: RawScheduling,
@@ -103,13 +199,40 @@ struct RawConfig {
     #[serde(default)]
     status: RawStatus,
     #[serde(default)]
-    deadline: edgewatch_samplers::deadline::RawDeadlineSection,
+    deadline: edgewatch_samplers::deadline::RawDeadlineConfig,
     #[serde(default)]
-    probe: Vec<edgewatch_samplers::deadline::RawProbeSection>,
+    probe: Vec<edgewatch_samplers::deadline::RawProbeConfig>,
     #[serde(default)]
-    model: edgewatch_samplers::model::RawModelSection,
+    model: edgewatch_samplers::model::RawModelConfig,
     #[serde(default)]
-    thermal: edgewatch_samplers::thermal::ThermalConfigRaw,
+    thermal: edgewatch_samplers::thermal::RawThermalConfig,
+}
+
+impl RawConfig {
+    /// The deprecated keys the file uses, in the order of its tables.
+    pub fn renamed_keys(&self) -> Vec<RenamedKey> {
+        let q = &self.queue;
+        let u = &self.uplink;
+        let mut renamed: Vec<RenamedKey> = [
+            (MAX_AGE_SAFETY, q.max_age_s.safety.is_some()),
+            (MAX_AGE_SLO, q.max_age_s.slo.is_some()),
+            (MAX_AGE_DEBUG, q.max_age_s.debug.is_some()),
+            (SAFETY_FLUSH, q.safety_flush_ms.is_some()),
+            (BULK_FLUSH, q.bulk_flush_ms.is_some()),
+            (OFFLINE_WINDOW_ALARM, q.offline_window_alarm_s.is_some()),
+            (KEEP_ALIVE, u.keepalive_s.is_some()),
+            (BACKOFF_MIN, u.backoff_min_ms.is_some()),
+            (BACKOFF_MAX, u.backoff_max_ms.is_some()),
+            (INITIAL_DELAY_MAX, u.initial_delay_max_ms.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, used)| *used)
+        .filter_map(|(key, _)| key.renamed())
+        .collect();
+        renamed.extend(self.deadline.renamed_keys());
+        renamed.extend(self.thermal.renamed_keys());
+        renamed
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,18 +245,28 @@ struct RawMachine {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawQueue {
+struct RawQueueSettings {
     dir: PathBuf,
     budget_bytes: Option<u64>,
     cache_bytes: Option<u64>,
     max_record_bytes: Option<u32>,
     #[serde(default)]
     share_percent: RawPerTier<u8>,
+    /// "0s" keeps records until delivered or evicted.
+    #[serde(default)]
+    max_age: RawPerTier<String>,
+    /// Deprecated spelling of `max_age`: seconds.
     #[serde(default)]
     max_age_s: RawPerTier<u64>,
+    safety_flush: Option<String>,
+    /// Deprecated spelling of `safety_flush`: ms.
     safety_flush_ms: Option<u64>,
+    bulk_flush: Option<String>,
+    /// Deprecated spelling of `bulk_flush`: ms.
     bulk_flush_ms: Option<u64>,
-    /// 0 disables the alarm.
+    /// "0s" disables the alarm.
+    offline_window_alarm: Option<String>,
+    /// Deprecated spelling of `offline_window_alarm`: seconds.
     offline_window_alarm_s: Option<u64>,
 }
 
@@ -161,8 +294,9 @@ struct RawUplink {
     host: String,
     port: u16,
     client_id: Option<String>,
-    #[serde(default = "default_keepalive_s")]
-    keepalive_s: u64,
+    keep_alive: Option<String>,
+    /// Deprecated spelling of `keep_alive`: seconds.
+    keepalive_s: Option<u64>,
     tls: Option<RawTls>,
     #[serde(default = "default_max_batch_bytes")]
     max_batch_bytes: u64,
@@ -173,12 +307,15 @@ struct RawUplink {
     /// 0 = unlimited.
     #[serde(default)]
     bandwidth_bytes_per_s: u64,
-    #[serde(default = "default_backoff_min_ms")]
-    backoff_min_ms: u64,
-    #[serde(default = "default_backoff_max_ms")]
-    backoff_max_ms: u64,
-    #[serde(default = "default_initial_delay_max_ms")]
-    initial_delay_max_ms: u64,
+    backoff_min: Option<String>,
+    /// Deprecated spelling of `backoff_min`: ms.
+    backoff_min_ms: Option<u64>,
+    backoff_max: Option<String>,
+    /// Deprecated spelling of `backoff_max`: ms.
+    backoff_max_ms: Option<u64>,
+    initial_delay_max: Option<String>,
+    /// Deprecated spelling of `initial_delay_max`: ms.
+    initial_delay_max_ms: Option<u64>,
     #[serde(default = "default_compression_level")]
     compression_level: i32,
     #[serde(default = "default_true")]
@@ -243,9 +380,6 @@ struct RawStatus {
     file: Option<PathBuf>,
 }
 
-fn default_keepalive_s() -> u64 {
-    DEFAULT_KEEPALIVE_S
-}
 fn default_max_batch_bytes() -> u64 {
     DEFAULT_MAX_BATCH_BYTES
 }
@@ -254,15 +388,6 @@ fn default_max_batch_events() -> u32 {
 }
 fn default_inflight() -> u16 {
     DEFAULT_INFLIGHT
-}
-fn default_backoff_min_ms() -> u64 {
-    DEFAULT_BACKOFF_MIN_MS
-}
-fn default_backoff_max_ms() -> u64 {
-    DEFAULT_BACKOFF_MAX_MS
-}
-fn default_initial_delay_max_ms() -> u64 {
-    DEFAULT_INITIAL_DELAY_MAX_MS
 }
 fn default_compression_level() -> i32 {
     DEFAULT_COMPRESSION_LEVEL
@@ -295,6 +420,8 @@ pub struct Config {
     pub model: Option<edgewatch_samplers::model::ModelConfig>,
     /// Thermal and power sampling.
     pub thermal: edgewatch_samplers::thermal::ThermalConfig,
+    /// Deprecated keys the file uses (they loaded to the same values as their new spelling).
+    pub renamed_keys: Vec<RenamedKey>,
 }
 
 /// Identity of the machine, as the broker and gateway see it.
@@ -314,7 +441,7 @@ pub struct QueueSettings {
     /// Directory holding the queue database (and its quarantine folder).
     pub dir: PathBuf,
     /// The queue's own configuration.
-    pub queue: edgewatch_queue::ValidConfig,
+    pub queue: edgewatch_queue::QueueConfig,
 }
 
 /// mTLS material.
@@ -393,34 +520,38 @@ pub struct Ingest {
 
 impl Config {
     /// Reads and validates a configuration file.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
             source,
         })?;
         Self::parse(&text, path)
     }
 
-    /// Parses and validates configuration text; `path` is used in messages only.
-    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let deserializer = toml::Deserializer::parse(text).map_err(|error| ConfigError::Parse {
-            path: path.to_owned(),
-            key: String::new(),
-            message: error.to_string(),
+    /// Parses and validates configuration text; `path` is used in messages only. Each deprecated
+    /// key the text uses is logged as a warning naming its new spelling.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, LoadError> {
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|error| ConfigError::new("", error.to_string()).in_file(path))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            ConfigError::new(error.path().to_string(), error.inner().message()).in_file(path)
         })?;
-        let raw: RawConfig =
-            serde_path_to_error::deserialize(deserializer).map_err(|error| ConfigError::Parse {
-                path: path.to_owned(),
-                key: error.path().to_string(),
-                message: error.inner().message().to_owned(),
-            })?;
-        raw.validate()
+        let config = Self::from_raw(raw).map_err(|error| error.in_file(path))?;
+        for renamed in &config.renamed_keys {
+            tracing::warn!(
+                file = %path.display(),
+                old = renamed.old,
+                new = renamed.new,
+                "A configuration key has a new name; the old one still loads. Rename it."
+            );
+        }
+        Ok(config)
     }
 }
 
-impl RawQueue {
-    fn into_queue_config(self) -> Result<edgewatch_queue::ValidConfig, ConfigError> {
-        let mut config = edgewatch_queue::QueueConfig::new(self.dir);
+impl RawQueueSettings {
+    fn into_queue_config(self) -> Result<edgewatch_queue::QueueConfig, ConfigError> {
+        let mut config = edgewatch_queue::RawQueueConfig::new(self.dir);
         if let Some(value) = self.budget_bytes {
             config.budget_bytes = value;
         }
@@ -434,85 +565,103 @@ impl RawQueue {
         config.share_percent.safety = shares.safety.unwrap_or(config.share_percent.safety);
         config.share_percent.slo = shares.slo.unwrap_or(config.share_percent.slo);
         config.share_percent.debug = shares.debug.unwrap_or(config.share_percent.debug);
-        // 0 seconds: keep records until delivered or evicted.
-        let age = |seconds: Option<u64>, default| match seconds {
-            Some(0) => None,
-            Some(seconds) => Some(Duration::from_secs(seconds)),
-            None => default,
+        // Zero: keep records until delivered or evicted.
+        let age = |key: &DurationKey, text: Option<&String>, seconds: Option<u64>, default| {
+            key.resolve(text.map(String::as_str), seconds)
+                .map(|given| match given {
+                    Some(given) => (Some(given.value).filter(|v| !v.is_zero()), given.key),
+                    None => (default, key.name),
+                })
         };
-        config.max_age.safety = age(self.max_age_s.safety, config.max_age.safety);
-        config.max_age.slo = age(self.max_age_s.slo, config.max_age.slo);
-        config.max_age.debug = age(self.max_age_s.debug, config.max_age.debug);
-        if let Some(ms) = self.safety_flush_ms {
-            config.safety_flush_interval = Duration::from_millis(ms);
-        }
-        if let Some(ms) = self.bulk_flush_ms {
-            config.bulk_flush_interval = Duration::from_millis(ms);
-        }
-        if let Some(seconds) = self.offline_window_alarm_s {
-            config.offline_window_threshold = (seconds > 0).then(|| Duration::from_secs(seconds));
+        let (safety, safety_key) = age(
+            &MAX_AGE_SAFETY,
+            self.max_age.safety.as_ref(),
+            self.max_age_s.safety,
+            config.max_age.safety,
+        )?;
+        let (slo, slo_key) = age(
+            &MAX_AGE_SLO,
+            self.max_age.slo.as_ref(),
+            self.max_age_s.slo,
+            config.max_age.slo,
+        )?;
+        let (debug, debug_key) = age(
+            &MAX_AGE_DEBUG,
+            self.max_age.debug.as_ref(),
+            self.max_age_s.debug,
+            config.max_age.debug,
+        )?;
+        config.max_age.safety = safety;
+        config.max_age.slo = slo;
+        config.max_age.debug = debug;
+        let safety_flush = resolve(
+            &SAFETY_FLUSH,
+            self.safety_flush.as_ref(),
+            self.safety_flush_ms,
+            config.safety_flush_interval,
+        )?;
+        config.safety_flush_interval = safety_flush.value;
+        let bulk_flush = resolve(
+            &BULK_FLUSH,
+            self.bulk_flush.as_ref(),
+            self.bulk_flush_ms,
+            config.bulk_flush_interval,
+        )?;
+        config.bulk_flush_interval = bulk_flush.value;
+        if let Some(alarm) = OFFLINE_WINDOW_ALARM.resolve(
+            self.offline_window_alarm.as_deref(),
+            self.offline_window_alarm_s,
+        )? {
+            config.offline_window_threshold = Some(alarm.value).filter(|v| !v.is_zero());
         }
         config.validate().map_err(|error| {
-            // The queue names its own fields; give them the file's names.
-            let key = match error.key {
+            // The queue names its own fields; give them the file's names, as the file spells them.
+            let key = match error.key.as_str() {
                 "dir" => "queue.dir".to_owned(),
-                "max_age.safety" | "max_age.slo" | "max_age.debug" => {
-                    format!("queue.max_age_s.{}", &error.key["max_age.".len()..])
-                }
-                "safety_flush_interval" => "queue.safety_flush_ms".to_owned(),
-                "bulk_flush_interval" => "queue.bulk_flush_ms".to_owned(),
+                "max_age.safety" => safety_key.to_owned(),
+                "max_age.slo" => slo_key.to_owned(),
+                "max_age.debug" => debug_key.to_owned(),
+                "safety_flush_interval" => safety_flush.key.to_owned(),
+                "bulk_flush_interval" => bulk_flush.key.to_owned(),
                 other => format!("queue.{other}"),
             };
-            ConfigError::invalid(&key, error.reason)
+            ConfigError::new(key, error.reason)
         })
     }
 }
 
-impl RawConfig {
-    fn validate(self) -> Result<Config, ConfigError> {
+impl Config {
+    /// Checks every value and cross-field rule of `raw`; the error names the first bad key.
+    pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
         use edgewatch_proto::topic::validate_id;
-        validate_id(&self.machine.id)
-            .map_err(|e| ConfigError::invalid("machine.id", e.to_string()))?;
-        validate_id(&self.machine.site)
-            .map_err(|e| ConfigError::invalid("machine.site", e.to_string()))?;
-        validate_id(&self.machine.class)
-            .map_err(|e| ConfigError::invalid("machine.class", e.to_string()))?;
-        let queue = self.queue.into_queue_config()?;
-        let deadline = self
-            .deadline
-            .validate(&self.probe)
-            .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
-        let model = self
-            .model
-            .validate()
-            .map_err(|error| ConfigError::invalid(&error.key, error.reason))?;
-        let thermal = self.thermal.validate().map_err(|error| {
-            use edgewatch_samplers::thermal::ThermalConfigError as E;
-            let message = match &error {
-                E::OutOfRange {
-                    value, expected, ..
-                } => format!("{value} is out of range ({expected})"),
-                E::Invalid { problem, .. } => problem.clone(),
-            };
-            ConfigError::invalid(error.key(), message)
-        })?;
+        let renamed_keys = raw.renamed_keys();
+        validate_id(&raw.machine.id).map_err(|e| ConfigError::new("machine.id", e.to_string()))?;
+        validate_id(&raw.machine.site)
+            .map_err(|e| ConfigError::new("machine.site", e.to_string()))?;
+        validate_id(&raw.machine.class)
+            .map_err(|e| ConfigError::new("machine.class", e.to_string()))?;
+        let queue = raw.queue.into_queue_config()?;
+        let deadline = raw.deadline.validate(&raw.probe)?;
+        let model = raw.model.validate()?;
+        let thermal = raw.thermal.validate()?;
 
-        let uplink = self.uplink;
+        let uplink = raw.uplink;
         if uplink.host.is_empty() {
-            return Err(ConfigError::invalid("uplink.host", "must not be empty"));
+            return Err(ConfigError::new("uplink.host", "must not be empty"));
         }
         if uplink.port == 0 {
-            return Err(ConfigError::invalid("uplink.port", "must not be 0"));
+            return Err(ConfigError::new("uplink.port", "must not be 0"));
         }
-        if uplink.keepalive_s < MIN_KEEPALIVE_S || uplink.keepalive_s > 65_535 {
-            return Err(ConfigError::invalid(
-                "uplink.keepalive_s",
-                format!("must be between {MIN_KEEPALIVE_S} and 65535 seconds"),
-            ));
-        }
+        let keepalive = resolve(
+            &KEEP_ALIVE,
+            uplink.keep_alive.as_ref(),
+            uplink.keepalive_s,
+            Duration::from_secs(DEFAULT_KEEPALIVE_S),
+        )?
+        .value;
         let max_raw = edgewatch_proto::framing::MAX_DECOMPRESSED_BYTES as u64 / 2;
         if uplink.max_batch_bytes < 1024 || uplink.max_batch_bytes > max_raw {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.max_batch_bytes",
                 format!("must be between 1024 and {max_raw} bytes"),
             ));
@@ -520,7 +669,7 @@ impl RawConfig {
         if uplink.max_batch_events == 0
             || uplink.max_batch_events as usize > edgewatch_proto::framing::MAX_EVENTS_PER_BATCH
         {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.max_batch_events",
                 format!(
                     "must be between 1 and {}",
@@ -529,38 +678,51 @@ impl RawConfig {
             ));
         }
         if uplink.inflight == 0 || uplink.inflight > 64 {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.inflight",
                 "must be between 1 and 64",
             ));
         }
-        if uplink.backoff_min_ms == 0 {
-            return Err(ConfigError::invalid(
-                "uplink.backoff_min_ms",
-                "must be above 0 (a zero backoff is a hot reconnect loop)",
+        let backoff_min = resolve(
+            &BACKOFF_MIN,
+            uplink.backoff_min.as_ref(),
+            uplink.backoff_min_ms,
+            Duration::from_millis(DEFAULT_BACKOFF_MIN_MS),
+        )?;
+        let backoff_max = resolve(
+            &BACKOFF_MAX,
+            uplink.backoff_max.as_ref(),
+            uplink.backoff_max_ms,
+            Duration::from_millis(DEFAULT_BACKOFF_MAX_MS),
+        )?;
+        if backoff_max.value < backoff_min.value {
+            return Err(ConfigError::new(
+                backoff_max.key,
+                format!("must not be below {}", backoff_min.key),
             ));
         }
-        if uplink.backoff_max_ms < uplink.backoff_min_ms {
-            return Err(ConfigError::invalid(
-                "uplink.backoff_max_ms",
-                "must not be below uplink.backoff_min_ms",
-            ));
-        }
+        let initial_delay_max = resolve(
+            &INITIAL_DELAY_MAX,
+            uplink.initial_delay_max.as_ref(),
+            uplink.initial_delay_max_ms,
+            Duration::from_millis(DEFAULT_INITIAL_DELAY_MAX_MS),
+        )?
+        .value;
         if !(1..=19).contains(&uplink.compression_level) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.compression_level",
                 "must be between 1 and 19",
             ));
         }
         if uplink.bandwidth_bytes_per_s != 0 && uplink.bandwidth_bytes_per_s < 1024 {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.bandwidth_bytes_per_s",
                 "must be 0 (unlimited) or at least 1024",
             ));
         }
-        let client_id = uplink.client_id.unwrap_or_else(|| self.machine.id.clone());
+        let client_id = uplink.client_id.unwrap_or_else(|| raw.machine.id.clone());
         if client_id.is_empty() || client_id.len() > 128 {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "uplink.client_id",
                 "must be 1 to 128 bytes",
             ));
@@ -574,8 +736,8 @@ impl RawConfig {
         ] {
             let Some(topic) = topic else { continue };
             if topic.is_empty() || topic.len() > 1024 || topic.contains(['+', '#', '\0']) {
-                return Err(ConfigError::invalid(
-                    &format!("uplink.topics.{name}"),
+                return Err(ConfigError::new(
+                    format!("uplink.topics.{name}"),
                     "must be a non-empty topic name without wildcards",
                 ));
             }
@@ -587,11 +749,11 @@ impl RawConfig {
             key: tls.key,
         });
 
-        let cores: BTreeSet<usize> = self.scheduling.cores.iter().copied().collect();
+        let cores: BTreeSet<usize> = raw.scheduling.cores.iter().copied().collect();
         let control_loop_cores: BTreeSet<usize> =
-            self.scheduling.control_loop_cores.iter().copied().collect();
+            raw.scheduling.control_loop_cores.iter().copied().collect();
         if let Some(shared) = cores.intersection(&control_loop_cores).next() {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "scheduling.cores",
                 format!(
                     "core {shared} is also in scheduling.control_loop_cores; the agent never shares a core with a control loop"
@@ -599,16 +761,16 @@ impl RawConfig {
             ));
         }
         if cores.is_empty() && !control_loop_cores.is_empty() {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "scheduling.cores",
                 "must list the agent's cores when scheduling.control_loop_cores is set",
             ));
         }
 
-        let ingest = self.ingest;
+        let ingest = raw.ingest;
         let mode = ingest.mode.unwrap_or(DEFAULT_INGEST_MODE);
         if mode > 0o777 || mode & 0o002 != 0 {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "ingest.mode",
                 "must be a file mode without write access for others (e.g. 0o660)",
             ));
@@ -617,30 +779,30 @@ impl RawConfig {
             .max_message_bytes
             .unwrap_or(DEFAULT_INGEST_MAX_MESSAGE_BYTES);
         if !(64..=1024 * 1024).contains(&max_message_bytes) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
                 "ingest.max_message_bytes",
                 "must be between 64 and 1048576",
             ));
         }
         let rate_per_s = ingest.rate_per_s.unwrap_or(DEFAULT_INGEST_RATE_PER_S);
         if rate_per_s == 0 {
-            return Err(ConfigError::invalid("ingest.rate_per_s", "must be above 0"));
+            return Err(ConfigError::new("ingest.rate_per_s", "must be above 0"));
         }
         let burst = ingest.burst.unwrap_or(DEFAULT_INGEST_BURST).max(1);
 
         let socket = ingest
             .socket
             .unwrap_or_else(|| queue.get().dir.join("agent.sock"));
-        let status_file = self
+        let status_file = raw
             .status
             .file
             .unwrap_or_else(|| queue.get().dir.join("agent-status.json"));
 
         Ok(Config {
             machine: Machine {
-                id: self.machine.id,
-                site: self.machine.site,
-                class: self.machine.class,
+                id: raw.machine.id,
+                site: raw.machine.site,
+                class: raw.machine.class,
             },
             queue: QueueSettings {
                 dir: queue.get().dir.clone(),
@@ -650,16 +812,16 @@ impl RawConfig {
                 host: uplink.host,
                 port: uplink.port,
                 client_id,
-                keepalive: Duration::from_secs(uplink.keepalive_s),
+                keepalive,
                 tls,
                 max_batch_bytes: usize::try_from(uplink.max_batch_bytes).unwrap_or(usize::MAX),
                 max_batch_events: uplink.max_batch_events as usize,
                 inflight: uplink.inflight,
                 bandwidth_bytes_per_s: (uplink.bandwidth_bytes_per_s != 0)
                     .then_some(uplink.bandwidth_bytes_per_s),
-                backoff_min: Duration::from_millis(uplink.backoff_min_ms),
-                backoff_max: Duration::from_millis(uplink.backoff_max_ms),
-                initial_delay_max: Duration::from_millis(uplink.initial_delay_max_ms),
+                backoff_min: backoff_min.value,
+                backoff_max: backoff_max.value,
+                initial_delay_max,
                 compression_level: uplink.compression_level,
                 retry_when_no_subscribers: uplink.retry_when_no_subscribers,
                 topic_overrides,
@@ -667,7 +829,7 @@ impl RawConfig {
             scheduling: Scheduling {
                 cores,
                 control_loop_cores,
-                idle_priority: self.scheduling.idle_priority,
+                idle_priority: raw.scheduling.idle_priority,
             },
             ingest: Ingest {
                 socket,
@@ -681,6 +843,7 @@ impl RawConfig {
             deadline,
             model,
             thermal,
+            renamed_keys,
         })
     }
 }
@@ -703,7 +866,7 @@ host = "broker.local"
 port = 8883
 "#;
 
-    fn parse(text: &str) -> Result<Config, ConfigError> {
+    fn parse(text: &str) -> Result<Config, LoadError> {
         Config::parse(text, Path::new("agent.toml"))
     }
 

@@ -6,9 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use edgewatch_agent::config::Config;
-
-/// Exit status for a configuration error: 64, as the deployment tooling expects.
-const EXIT_BAD_CONFIG: u8 = 64;
+use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 
 #[derive(Debug, Parser)]
 #[command(name = "edgewatch-agent", version, about = "edgewatch machine agent")]
@@ -34,7 +32,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a configuration file and exit (0 when valid, 64 naming the key otherwise).
+    /// Validate a configuration file and exit (0 when valid, 64 naming the key otherwise); list
+    /// the deprecated keys it uses.
     CheckConfig {
         /// Agent configuration file (TOML).
         #[arg(long)]
@@ -57,9 +56,6 @@ enum Command {
     },
 }
 
-/// Exit status for bad command-line arguments.
-const EXIT_USAGE: u8 = 64;
-
 /// Logs go to stderr (the journal under systemd); `RUST_LOG` filters them.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -81,20 +77,29 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::CheckConfig { config } => match load(&config) {
-            Ok(_) => {
-                println!("{}: valid", config.display());
+        Command::CheckConfig { config: path } => match load(&path) {
+            Ok(config) => {
+                println!("{}: valid", path.display());
+                for renamed in &config.renamed_keys {
+                    println!(
+                        "{}: deprecated key `{}` still loads; rename it `{}`",
+                        path.display(),
+                        renamed.old,
+                        renamed.new
+                    );
+                }
                 Ok(())
             }
             Err(code) => return code,
         },
-        Command::Run { config } => match load(&config) {
-            Ok(config) => {
-                init_logging();
-                edgewatch_agent::run::run(config).map_err(anyhow::Error::from)
+        Command::Run { config } => {
+            // Before loading, so that deprecated keys are logged to the journal.
+            init_logging();
+            match load(&config) {
+                Ok(config) => edgewatch_agent::run::run(config).map_err(anyhow::Error::from),
+                Err(code) => return code,
             }
-            Err(code) => return code,
-        },
+        }
         Command::Status { config, json } => match load(&config) {
             Ok(config) => {
                 let status = edgewatch_agent::status::read(&config);
@@ -128,7 +133,7 @@ fn main() -> ExitCode {
                 }
                 Err(edgewatch_agent::ingest::EmitError::Usage(message)) => {
                     eprintln!("edgewatch-agent emit: {message}");
-                    return ExitCode::from(EXIT_USAGE);
+                    return ExitCode::from(EXIT_BAD_CONFIG);
                 }
                 Err(error) => Err(anyhow::Error::from(error)),
             },

@@ -37,10 +37,11 @@ const PROTO_FRAMING: &str = include_str!("../../../proto/src/framing.rs");
 
 /// The tables of the agent's file: (dotted table, heading of its section in the reference, prefix
 /// of its keys in that section's rows).
-const TABLES: [(&str, &str, &str); 13] = [
+const TABLES: [(&str, &str, &str); 14] = [
     ("machine", "### `[machine]`", ""),
     ("queue", "### `[queue]`", ""),
     ("queue.share_percent", "### `[queue]`", "share_percent."),
+    ("queue.max_age", "### `[queue]`", "max_age."),
     ("queue.max_age_s", "### `[queue]`", "max_age_s."),
     ("uplink", "### `[uplink]`", ""),
     ("uplink.tls", "### `[uplink.tls]`", ""),

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Instant, SystemTime};
 
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
-use edgewatch_queue::{BatchLimits, Queue, QueueConfig};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
 use prost::Message;
 
 const RUNS: usize = 5;
@@ -36,8 +36,8 @@ fn event(i: u64, pad: usize) -> Event {
     }
 }
 
-fn config(dir: &Path, budget: u64) -> QueueConfig {
-    let mut config = QueueConfig::new(dir);
+fn config(dir: &Path, budget: u64) -> RawQueueConfig {
+    let mut config = RawQueueConfig::new(dir);
     config.cache_bytes = CACHE_BYTES;
     config.budget_bytes = budget;
     config.max_pending_bytes = 64 * 1024 * 1024;

@@ -1,13 +1,18 @@
-//! Queue configuration: the fields with their units, named defaults, and validation.
+//! Queue configuration: the settings with their units and named defaults ([`RawQueueConfig`], as
+//! the agent's configuration or a test states them), and the validated form the queue runs with
+//! ([`QueueConfig`]), following the workspace's convention (`edgewatch_conventions::config`).
 //!
 //! Invariants:
-//! - A [`ValidConfig`] exists only after [`QueueConfig::validate`] accepted every field and the
+//! - A [`QueueConfig`] exists only after [`QueueConfig::from_raw`] accepted every field and the
 //!   cross-field rules; the queue is built only from one.
+//! - Errors name the field as this crate spells it (`safety_flush_interval`); the agent renames
+//!   them to its file's keys.
 //! - No I/O here: the directory is only named, never touched.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use edgewatch_conventions::config::ConfigError;
 use edgewatch_proto::tier::PerTier;
 
 /// redb page cache: enough for the B-tree's upper levels and the head and tail pages of each tier;
@@ -58,9 +63,9 @@ pub const MIN_BUDGET_BYTES: u64 = 256 * 1024;
 /// evicting again; every tier's share must hold it beside its largest record.
 pub const LOSS_RESERVE_BYTES: u64 = 4096;
 
-/// Queue settings as the agent's configuration states them.
+/// Queue settings as the agent's configuration states them, not yet validated.
 #[derive(Clone, Debug, PartialEq)]
-pub struct QueueConfig {
+pub struct RawQueueConfig {
     /// Directory holding the database, the status snapshot and the quarantine folder.
     pub dir: PathBuf,
     /// redb page cache in bytes.
@@ -95,7 +100,7 @@ pub struct QueueConfig {
     pub verify_on_open: bool,
 }
 
-impl QueueConfig {
+impl RawQueueConfig {
     /// Defaults for a queue kept in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -121,89 +126,96 @@ impl QueueConfig {
         }
     }
 
-    /// Checks every field and the rules between them.
-    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
-        let bad = |key: &'static str, reason: &'static str| Err(ConfigError { key, reason });
-        if self.dir.as_os_str().is_empty() {
+    /// Checks every field and the rules between them: [`QueueConfig::from_raw`].
+    pub fn validate(self) -> Result<QueueConfig, ConfigError> {
+        QueueConfig::from_raw(self)
+    }
+}
+
+impl QueueConfig {
+    /// Checks every field of `raw` and the rules between them.
+    pub fn from_raw(raw: RawQueueConfig) -> Result<QueueConfig, ConfigError> {
+        let bad = |key: &str, reason: &str| Err(ConfigError::new(key, reason));
+        if raw.dir.as_os_str().is_empty() {
             return bad("dir", "must name a directory");
         }
-        if self.cache_bytes < 1024 * 1024 || self.cache_bytes > 1024 * 1024 * 1024 {
+        if raw.cache_bytes < 1024 * 1024 || raw.cache_bytes > 1024 * 1024 * 1024 {
             return bad("cache_bytes", "must be between 1 MiB and 1 GiB");
         }
-        if self.budget_bytes < MIN_BUDGET_BYTES {
+        if raw.budget_bytes < MIN_BUDGET_BYTES {
             return bad("budget_bytes", "must be at least 256 KiB");
         }
         for (key, share) in [
-            ("share_percent.safety", self.share_percent.safety),
-            ("share_percent.slo", self.share_percent.slo),
-            ("share_percent.debug", self.share_percent.debug),
+            ("share_percent.safety", raw.share_percent.safety),
+            ("share_percent.slo", raw.share_percent.slo),
+            ("share_percent.debug", raw.share_percent.debug),
         ] {
             if share == 0 || share > 100 {
                 return bad(key, "must be between 1 and 100");
             }
         }
         for (key, age) in [
-            ("max_age.safety", self.max_age.safety),
-            ("max_age.slo", self.max_age.slo),
-            ("max_age.debug", self.max_age.debug),
+            ("max_age.safety", raw.max_age.safety),
+            ("max_age.slo", raw.max_age.slo),
+            ("max_age.debug", raw.max_age.debug),
         ] {
             if age.is_some_and(|age| age < Duration::from_secs(1)) {
                 return bad(key, "must be at least one second");
             }
         }
-        if self.safety_flush_interval.is_zero()
-            || self.safety_flush_interval > self.bulk_flush_interval
+        if raw.safety_flush_interval.is_zero()
+            || raw.safety_flush_interval > raw.bulk_flush_interval
         {
             return bad(
                 "safety_flush_interval",
                 "must be positive and no longer than bulk_flush_interval",
             );
         }
-        if self.bulk_flush_interval > Duration::from_secs(60) {
+        if raw.bulk_flush_interval > Duration::from_secs(60) {
             return bad("bulk_flush_interval", "must be at most 60 s");
         }
-        if self.max_record_bytes < 64 || u64::from(self.max_record_bytes) > 4 * 1024 * 1024 {
+        if raw.max_record_bytes < 64 || u64::from(raw.max_record_bytes) > 4 * 1024 * 1024 {
             return bad("max_record_bytes", "must be between 64 B and 4 MiB");
         }
-        if self.max_pending_bytes < u64::from(self.max_record_bytes) * 2 {
+        if raw.max_pending_bytes < u64::from(raw.max_record_bytes) * 2 {
             return bad(
                 "max_pending_bytes",
                 "must hold at least two largest records",
             );
         }
-        if self.max_pending_bytes > self.budget_bytes {
+        if raw.max_pending_bytes > raw.budget_bytes {
             return bad("max_pending_bytes", "must not exceed budget_bytes");
         }
-        if self.safety_hold_records == 0 || self.safety_hold_records > PENDING_CAPACITY {
+        if raw.safety_hold_records == 0 || raw.safety_hold_records > PENDING_CAPACITY {
             return bad("safety_hold_records", "must be between 1 and 4096");
         }
-        if self.rate_time_constant < Duration::from_secs(1) {
+        if raw.rate_time_constant < Duration::from_secs(1) {
             return bad("rate_time_constant", "must be at least one second");
         }
-        let smallest_share = self
+        let smallest_share = raw
             .share_percent
             .safety
-            .min(self.share_percent.slo)
-            .min(self.share_percent.debug);
-        if self.budget_bytes / 100 * u64::from(smallest_share)
-            < u64::from(self.max_record_bytes) + LOSS_RESERVE_BYTES
+            .min(raw.share_percent.slo)
+            .min(raw.share_percent.debug);
+        if raw.budget_bytes / 100 * u64::from(smallest_share)
+            < u64::from(raw.max_record_bytes) + LOSS_RESERVE_BYTES
         {
             return bad(
                 "budget_bytes",
                 "every tier's share must hold its largest record and the loss reports",
             );
         }
-        Ok(ValidConfig(self))
+        Ok(QueueConfig(raw))
     }
 }
 
-/// A configuration that passed [`QueueConfig::validate`].
+/// Settings that passed [`QueueConfig::from_raw`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct ValidConfig(QueueConfig);
+pub struct QueueConfig(RawQueueConfig);
 
-impl ValidConfig {
-    /// The validated settings.
-    pub fn get(&self) -> &QueueConfig {
+impl QueueConfig {
+    /// The settings, as stated and accepted.
+    pub fn get(&self) -> &RawQueueConfig {
         &self.0
     }
 
@@ -213,49 +225,39 @@ impl ValidConfig {
     }
 }
 
-/// A configuration field was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("queue configuration `{key}` {reason}")]
-pub struct ConfigError {
-    /// The refused field, as named in the configuration.
-    pub key: &'static str,
-    /// What the field must be.
-    pub reason: &'static str,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn defaults_are_valid() {
-        assert!(QueueConfig::new("/tmp/q").validate().is_ok());
+        assert!(RawQueueConfig::new("/tmp/q").validate().is_ok());
     }
 
     #[test]
     fn a_zero_share_is_refused_and_named() {
-        let mut config = QueueConfig::new("/tmp/q");
+        let mut config = RawQueueConfig::new("/tmp/q");
         config.share_percent.slo = 0;
         assert_eq!(config.validate().unwrap_err().key, "share_percent.slo");
     }
 
     #[test]
     fn a_safety_flush_slower_than_the_bulk_flush_is_refused() {
-        let mut config = QueueConfig::new("/tmp/q");
+        let mut config = RawQueueConfig::new("/tmp/q");
         config.safety_flush_interval = Duration::from_secs(2);
         assert_eq!(config.validate().unwrap_err().key, "safety_flush_interval");
     }
 
     #[test]
     fn a_hold_buffer_larger_than_its_type_capacity_is_refused() {
-        let mut config = QueueConfig::new("/tmp/q");
+        let mut config = RawQueueConfig::new("/tmp/q");
         config.safety_hold_records = PENDING_CAPACITY + 1;
         assert_eq!(config.validate().unwrap_err().key, "safety_hold_records");
     }
 
     #[test]
     fn a_budget_too_small_for_a_record_is_refused() {
-        let mut config = QueueConfig::new("/tmp/q");
+        let mut config = RawQueueConfig::new("/tmp/q");
         config.budget_bytes = MIN_BUDGET_BYTES;
         config.max_record_bytes = 64 * 1024;
         config.max_pending_bytes = 128 * 1024;

@@ -7,9 +7,9 @@
 
 use std::path::PathBuf;
 
+use edgewatch_conventions::config::ConfigError;
 use edgewatch_proto::tier::PerTier;
 
-use crate::config::ConfigError;
 use crate::record::MalformedEvent;
 
 /// The queue could not be opened. Corruption never ends here: a store that will not open is

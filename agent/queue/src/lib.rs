@@ -5,7 +5,7 @@
 //! Layout:
 //! - [`queue`]: [`Queue`], the I/O shell: append, flush (group commit), read in strict tier
 //!   order, acknowledge, requeue, status, compaction, quarantine.
-//! - [`config`]: [`QueueConfig`] with named defaults and validation.
+//! - [`config`]: [`RawQueueConfig`] with named defaults, validated into [`QueueConfig`].
 //! - [`record`]: the stored record (CRC32C, append time, the event with its `seq` spliced in).
 //! - [`window`]: pure logic for the offline window (smoothed rates, alarm hysteresis).
 //! - [`status`]: [`QueueStatus`] and the snapshot file another process reads.
@@ -22,9 +22,9 @@
 //! ```no_run
 //! use std::time::SystemTime;
 //! use edgewatch_proto::v1::{Event, Tier};
-//! use edgewatch_queue::{BatchLimits, Queue, QueueConfig};
+//! use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
 //!
-//! let (mut queue, report) = Queue::open(QueueConfig::new("/var/lib/edgewatch/queue"), SystemTime::now())?;
+//! let (mut queue, report) = Queue::open(RawQueueConfig::new("/var/lib/edgewatch/queue"), SystemTime::now())?;
 //! let seq = queue.append(Tier::Safety, &Event::default(), SystemTime::now())?;
 //! // On the agent's timer (≤ 10 ms while safety appends wait):
 //! let outcome = queue.flush(SystemTime::now())?;
@@ -45,7 +45,7 @@ pub mod status;
 mod store;
 pub mod window;
 
-pub use config::{ConfigError, QueueConfig, ValidConfig};
+pub use config::{QueueConfig, RawQueueConfig};
 pub use edgewatch_proto::tier::{PerTier, TIERS};
 pub use error::{AppendError, FlushError, QueueError, ReadError};
 pub use queue::{BatchLimits, FlushOutcome, OpenReport, Quarantined, Queue, ReadBatch};

@@ -20,7 +20,7 @@ use edgewatch_proto::tier::{self, PerTier, TIERS};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
 
-use crate::config::{LOSS_RESERVE_BYTES, PENDING_CAPACITY, QueueConfig, ValidConfig};
+use crate::config::{LOSS_RESERVE_BYTES, PENDING_CAPACITY, QueueConfig, RawQueueConfig};
 use crate::error::{AppendError, FlushError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
@@ -260,7 +260,7 @@ impl LossLedger {
 /// The durable priority-tiered event queue. See the crate documentation.
 #[derive(Debug)]
 pub struct Queue {
-    config: ValidConfig,
+    config: QueueConfig,
     path: PathBuf,
     /// `None` while the store failed and waits to be reopened.
     store: Option<StoreSlot>,
@@ -308,7 +308,10 @@ impl Queue {
     /// Opens (or creates) the queue in `config.dir`. A store that will not open, or panics while
     /// opening, is moved to `quarantine/` and replaced by a fresh one with a new epoch, whose
     /// first record reports the loss.
-    pub fn open(config: QueueConfig, now: SystemTime) -> Result<(Queue, OpenReport), QueueError> {
+    pub fn open(
+        config: RawQueueConfig,
+        now: SystemTime,
+    ) -> Result<(Queue, OpenReport), QueueError> {
         let config = config.validate()?;
         let dir = config.get().dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| QueueError::Directory {
@@ -433,8 +436,8 @@ impl Queue {
         Ok((queue, report))
     }
 
-    /// The validated configuration.
-    pub fn config(&self) -> &QueueConfig {
+    /// The validated configuration's settings.
+    pub fn config(&self) -> &RawQueueConfig {
         self.config.get()
     }
 
@@ -1274,7 +1277,7 @@ fn insert_event(
 /// reused if the damage rolled the state back); records the old state counted but that could not
 /// be copied are reported as `Corrupt` losses, and the old loss totals carry over.
 fn quarantine(
-    config: &ValidConfig,
+    config: &QueueConfig,
     path: &Path,
     reason: &str,
     salvage: bool,

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use edgewatch_proto::v1::{LossCause, Tier};
-use edgewatch_queue::{AppendError, Queue, QueueConfig};
+use edgewatch_queue::{AppendError, Queue, RawQueueConfig};
 use util::system::{Mount, make_ext4, privileged};
 use util::*;
 
@@ -28,8 +28,8 @@ fn free_bytes(path: &std::path::Path) -> u64 {
     stat.f_bavail * stat.f_frsize
 }
 
-fn config(dir: &std::path::Path) -> QueueConfig {
-    let mut config = QueueConfig::new(dir);
+fn config(dir: &std::path::Path) -> RawQueueConfig {
+    let mut config = RawQueueConfig::new(dir);
     config.budget_bytes = 64 * 1024 * 1024;
     config.cache_bytes = 2 * 1024 * 1024;
     config.max_record_bytes = 4096;

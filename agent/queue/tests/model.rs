@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use edgewatch_proto::v1::Event;
-use edgewatch_queue::{BatchLimits, Queue, QueueConfig, TIERS};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig, TIERS};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use prost::Message;
@@ -164,7 +164,7 @@ impl Model {
     }
 }
 
-fn open(config: &QueueConfig, now_ms: u64) -> Queue {
+fn open(config: &RawQueueConfig, now_ms: u64) -> Queue {
     Queue::open(config.clone(), at_ms(now_ms)).unwrap().0
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use edgewatch_proto::v1::{Event, Tier};
 use edgewatch_samplers::deadline::{
-    DeadlineConfig, DeadlineSampler, RawDeadlineSection, RawProbeSection,
+    DeadlineConfig, DeadlineSampler, RawDeadlineConfig, RawProbeConfig,
 };
 use edgewatch_samplers::{EventSink, Now};
 use loop_probe::{AutonomyMode, Cycle, ProbeWriter, WriterConfig};
@@ -95,10 +95,10 @@ fn spawn_loop(
     })
 }
 
-fn config(probes: Vec<RawProbeSection>, poll_hz: f64) -> DeadlineConfig {
-    let d = RawDeadlineSection {
+fn config(probes: Vec<RawProbeConfig>, poll_hz: f64) -> DeadlineConfig {
+    let d = RawDeadlineConfig {
         poll_hz: Some(poll_hz),
-        ..RawDeadlineSection::default()
+        ..RawDeadlineConfig::default()
     };
     DeadlineConfig::from_raw(&d, &probes).unwrap()
 }
@@ -166,9 +166,9 @@ fn main() {
     let probes = || {
         paths
             .iter()
-            .map(|p| RawProbeSection {
+            .map(|p| RawProbeConfig {
                 path: Some(p.clone()),
-                ..RawProbeSection::default()
+                ..RawProbeConfig::default()
             })
             .collect::<Vec<_>>()
     };

@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use edgewatch_proto::v1::{Event, ModelVersion, Tier};
-use edgewatch_samplers::thermal::config::ThermalConfigRaw;
+use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::{SysfsReader, TegrastatsEvent, ThermalSampler};
 use edgewatch_samplers::{EventSink, Now};
 use prost::Message;
@@ -67,7 +67,7 @@ fn main() {
     .collect();
 
     let fake = fake_sysfs::FakeSysfs::orin();
-    let config = fake.config(ThermalConfigRaw::default());
+    let config = fake.config(RawThermalConfig::default());
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let model = ModelVersion {
         name: "haul-perception".into(),

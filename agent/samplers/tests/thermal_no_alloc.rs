@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 
 use edgewatch_proto::v1::{Event, ModelVersion, Tier, event::Kind};
-use edgewatch_samplers::thermal::config::ThermalConfigRaw;
+use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::{SysfsReader, TegrastatsEvent, TegrastatsSource, ThermalSampler};
 use edgewatch_samplers::{EventSink, Now};
 use prost::Message;
@@ -144,10 +144,10 @@ fn a_line_a_sysfs_poll_and_their_events_allocate_nothing_after_warm_up() {
         "sys/devices/virtual/thermal/thermal_zone0/trip_point_0_temp",
         "48000\n",
     );
-    let config = fake.config(ThermalConfigRaw {
+    let config = fake.config(RawThermalConfig {
         debug_sample_every: 5,
         trip_hysteresis_celsius: 0.0,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     });
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let model = ModelVersion {
@@ -191,11 +191,11 @@ fn reading_a_replay_allocates_nothing_after_warm_up() {
         .enable_all()
         .build()
         .unwrap();
-    let config = ThermalConfigRaw {
+    let config = RawThermalConfig {
         replay: Some(util::capture("thor_jp7.1_l4t-r38.4.txt")),
         replay_speed: 1e6,
         replay_loop: true,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     }
     .validate()
     .unwrap();
@@ -241,9 +241,9 @@ fn reading_a_childs_lines_allocates_nothing_after_warm_up() {
     )
     .unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let config = ThermalConfigRaw {
+    let config = RawThermalConfig {
         tegrastats: program,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     }
     .validate()
     .unwrap();

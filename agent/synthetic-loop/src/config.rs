@@ -1,13 +1,16 @@
-//! Command-line flags (close to the CLI) and the validated configuration built from them.
-//! Pure: the script file's text is read by `main` and passed in.
+//! Command-line flags as clap parses them ([`RawConfig`]) and the validated configuration built
+//! from them ([`Config::from_raw`]), the workspace's configuration convention
+//! (`edgewatch_conventions::config`) with flags for keys. Pure: the script file's text is read by
+//! `main` and passed in.
 //!
 //! Invariants:
-//! - Every error names the flag it comes from; `main` exits 64 with it.
+//! - Every error is a `ConfigError` naming the flag it comes from; `main` exits 64 with it.
 //! - Units are fixed here: periods and budgets in ns, durations as a count of activations.
 
 use std::path::PathBuf;
 
 use clap::Parser;
+use edgewatch_conventions::config::ConfigError;
 
 use crate::script::{Rule, Schedule, parse_rule, parse_script, parse_time};
 
@@ -27,7 +30,7 @@ const MAX_RATE_HZ: f64 = 100_000.0;
                   mode manual at 1.2s   intervention at 800ms   safe-stop at 1.5s\n  \
                   model yolo-v8.1 hash=0xfeed at 0s"
 )]
-pub struct Flags {
+pub struct RawConfig {
     /// Probe file to create (e.g. /dev/shm/edgewatch-loop-1.probe).
     #[arg(long, value_name = "PATH")]
     pub probe: PathBuf,
@@ -66,21 +69,9 @@ pub struct Flags {
     pub events: Vec<String>,
 }
 
-/// A flag with an unusable value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {key}: {reason}")]
-pub struct ConfigError {
-    /// The flag, e.g. `--rate-hz`.
-    pub key: String,
-    /// What is wrong.
-    pub reason: String,
-}
-
+/// The flag `key` (e.g. `--rate-hz`) refused for `reason`.
 fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.to_owned(),
-        reason: reason.into(),
-    }
+    ConfigError::new(key, reason)
 }
 
 /// The validated configuration.
@@ -113,8 +104,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Validates `flags`; `script` is the text of `--script`, if given.
-    pub fn from_flags(flags: &Flags, script: Option<&str>) -> Result<Config, ConfigError> {
+    /// Validates the flags; `script` is the text of `--script`, if given.
+    pub fn from_raw(flags: &RawConfig, script: Option<&str>) -> Result<Config, ConfigError> {
         let rate = flags.rate_hz;
         if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_HZ) {
             return Err(bad("--rate-hz", "must be above 0 and at most 100000"));
@@ -190,15 +181,15 @@ impl Config {
 mod tests {
     use super::*;
 
-    fn flags(args: &[&str]) -> Flags {
+    fn flags(args: &[&str]) -> RawConfig {
         let mut all = vec!["edgewatch-synthetic-loop", "--probe", "/dev/shm/x.probe"];
         all.extend_from_slice(args);
-        Flags::try_parse_from(all).unwrap()
+        RawConfig::try_parse_from(all).unwrap()
     }
 
     #[test]
     fn a_valid_command_line_becomes_a_config_in_ns_and_activations() {
-        let c = Config::from_flags(
+        let c = Config::from_raw(
             &flags(&[
                 "--rate-hz",
                 "25",
@@ -255,10 +246,10 @@ mod tests {
                 "--event",
             ),
         ] {
-            let e = Config::from_flags(&flags(args), None).unwrap_err();
+            let e = Config::from_raw(&flags(args), None).unwrap_err();
             assert_eq!(e.key, key, "{args:?}: {e}");
         }
-        let e = Config::from_flags(
+        let e = Config::from_raw(
             &flags(&["--rate-hz", "100", "--budget-ms", "1"]),
             Some("skip\n"),
         )

@@ -21,9 +21,10 @@ mod script;
 use std::process::ExitCode;
 
 use clap::Parser;
+use edgewatch_conventions::config::{ConfigError, EXIT_BAD_CONFIG};
 use loop_probe::{CreateError, MemoryLock, ProbeWriter, WriterConfig};
 
-use crate::config::{Config, Flags};
+use crate::config::{Config, RawConfig};
 
 fn exit(code: u8, message: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("edgewatch-synthetic-loop: {message}");
@@ -31,7 +32,7 @@ fn exit(code: u8, message: &dyn std::fmt::Display) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let flags = match Flags::try_parse() {
+    let flags = match RawConfig::try_parse() {
         Ok(f) => f,
         Err(e) if !e.use_stderr() => {
             let _ = e.print();
@@ -39,19 +40,22 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(64);
+            return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
     let script = match &flags.script {
         None => None,
         Some(p) => match std::fs::read_to_string(p) {
             Ok(t) => Some(t),
-            Err(e) => return exit(64, &format!("invalid --script: {}: {e}", p.display())),
+            Err(e) => {
+                let error = ConfigError::new("--script", format!("{}: {e}", p.display()));
+                return exit(EXIT_BAD_CONFIG, &error);
+            }
         },
     };
-    let cfg = match Config::from_flags(&flags, script.as_deref()) {
+    let cfg = match Config::from_raw(&flags, script.as_deref()) {
         Ok(c) => c,
-        Err(e) => return exit(64, &e),
+        Err(e) => return exit(EXIT_BAD_CONFIG, &e),
     };
     match set_up_and_run(&cfg) {
         Ok(outcome) => match serde_json::to_string(&outcome) {
@@ -89,7 +93,7 @@ fn set_up_and_run(cfg: &Config) -> Result<run::Outcome, (u8, String)> {
     }
     let mut writer = ProbeWriter::create(&cfg.probe, &wc).map_err(|e| {
         let code = match e {
-            CreateError::InvalidConfig { .. } => 64,
+            CreateError::InvalidConfig { .. } => EXIT_BAD_CONFIG,
             CreateError::AlreadyRunning { .. } => 75,
             CreateError::Io { .. } => 74,
             CreateError::MemoryLock { .. } => 77,

@@ -197,17 +197,17 @@ class = "{class}"
 [queue]
 dir = {queue}
 budget_bytes = 67108864
-bulk_flush_ms = 200
+bulk_flush = "200ms"
 
 [uplink]
 host = "{host}"
 port = {port}
 # A dead link shows within two keepalives; reconnects are retried quickly so the demo's
 # partition heals within seconds.
-keepalive_s = 5
-backoff_min_ms = 200
-backoff_max_ms = 2000
-initial_delay_max_ms = 500
+keep_alive = "5s"
+backoff_min = "200ms"
+backoff_max = "2s"
+initial_delay_max = "500ms"
 
 [scheduling]
 # On a machine, the agent runs at idle priority beside the control loop. Here it shares a
@@ -222,7 +222,7 @@ file = {status}
 
 [deadline]
 # One SLO snapshot a second (default 10 s): the demo's run lasts minutes, not hours.
-snapshot_interval_s = 1
+snapshot_interval = "1s"
 
 [[probe]]
 path = {probe}
@@ -236,7 +236,7 @@ manifest = {manifest}
 replay = {capture}
 replay_loop = true
 sysfs_root = {sysfs}
-counters_interval_s = 2
+counters_interval = "2s"
 "#,
         id = machine.id,
         role = machine.role.describe(),

@@ -9,11 +9,10 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 use edgewatch_demo::run::{Options, Outcome, run};
 use edgewatch_demo::scenario::Plan;
 
-/// Exit status for a bad argument (sysexits `EX_USAGE`).
-const EXIT_USAGE: u8 = 64;
 /// Default run length: long enough for every part of the story, short enough to watch.
 const DEFAULT_DURATION: &str = "90s";
 /// Run length of `--quick`.
@@ -27,7 +26,7 @@ const QUICK_DURATION: &str = "36s";
 )]
 struct Cli {
     /// How long the machines operate (e.g. 90s, 2m); 24 s to 1 h.
-    #[arg(long, default_value = DEFAULT_DURATION, value_parser = parse_duration)]
+    #[arg(long, default_value = DEFAULT_DURATION, value_parser = run_length)]
     duration: Duration,
     /// A short run (36 s of operation), as the tests use.
     #[arg(long, conflicts_with = "duration")]
@@ -41,19 +40,9 @@ struct Cli {
     keep: bool,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` has no unit (use s or m)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
-    match unit {
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        _ => Err(format!("`{text}`: unknown unit `{unit}` (use s or m)")),
-    }
+/// `--duration` in the workspace's one duration grammar; [`Plan::new`] checks its range.
+fn run_length(text: &str) -> Result<Duration, String> {
+    edgewatch_conventions::duration::parse(text).map_err(|error| error.to_string())
 }
 
 fn default_out() -> PathBuf {
@@ -70,7 +59,7 @@ fn default_out() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let duration = if cli.quick {
-        parse_duration(QUICK_DURATION).unwrap_or(cli.duration)
+        run_length(QUICK_DURATION).unwrap_or(cli.duration)
     } else {
         cli.duration
     };
@@ -78,7 +67,7 @@ fn main() -> ExitCode {
         Ok(plan) => plan,
         Err(error) => {
             eprintln!("edgewatch-demo: {error}");
-            return ExitCode::from(EXIT_USAGE);
+            return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
     let out = cli.out.unwrap_or_else(default_out);

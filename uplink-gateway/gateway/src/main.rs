@@ -6,7 +6,8 @@
 //!   embedded store or, with `--prometheus`, of a Prometheus query API;
 //! - `rules`: the SLO catalog as Prometheus recording and alerting rules;
 //! - `export-focus`: FOCUS CSV rows of a cost period, with corrections for days already exported;
-//! - `check-config`: validate a configuration file and print what it resolves to.
+//! - `check-config`: validate a configuration file, print what it resolves to and list the
+//!   deprecated keys it uses.
 //!
 //! Exit status 64 for a bad configuration or argument (the message names the key), 1 for other
 //! failures.
@@ -18,14 +19,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use edgewatch_gateway::config::{Config, ConfigError};
+use edgewatch_conventions::config::{ConfigError, EXIT_BAD_CONFIG};
+use edgewatch_gateway::config::Config;
 use edgewatch_gateway::run::now_ns;
 use edgewatch_gateway::source::Source;
 use edgewatch_gateway::store::Store;
 use edgewatch_slo::{MS_PER_DAY, Period};
-
-/// Exit status for a bad configuration or argument (sysexits `EX_USAGE`).
-const EXIT_CONFIG: u8 = 64;
 
 /// Days in the default cost period (whole UTC days ending at today's midnight).
 const DEFAULT_COST_DAYS: i64 = 30;
@@ -104,17 +103,15 @@ enum Command {
 struct UsageError(#[from] ConfigError);
 
 fn usage(key: &str, message: impl Into<String>) -> anyhow::Error {
-    UsageError(ConfigError {
-        key: key.into(),
-        message: message.into(),
-    })
-    .into()
+    UsageError(ConfigError::new(key, message)).into()
 }
 
 fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
-        key: "--config".into(),
-        message: format!("cannot read {}: {error}", path.display()),
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::new(
+            "--config",
+            format!("cannot read {}: {error}", path.display()),
+        )
     })?;
     Config::from_toml(&text)
 }
@@ -149,14 +146,14 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(error) => {
             eprintln!("edgewatch-gateway: {error}");
-            return ExitCode::from(EXIT_CONFIG);
+            return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
     match run(cli.command, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.downcast_ref::<UsageError>().is_some() => {
             eprintln!("edgewatch-gateway: {error:#}");
-            ExitCode::from(EXIT_CONFIG)
+            ExitCode::from(EXIT_BAD_CONFIG)
         }
         Err(error) => {
             eprintln!("edgewatch-gateway: {error:#}");
@@ -202,6 +199,12 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::CheckConfig => {
             println!("{config:#?}");
+            for renamed in config.renamed_keys() {
+                println!(
+                    "deprecated key `{}` still loads; rename it `{}`",
+                    renamed.old, renamed.new
+                );
+            }
             Ok(())
         }
         Command::Rules => {

@@ -62,7 +62,7 @@ fn accepted_keys(opening: &str) -> Vec<String> {
         }
         other => format!("{REQUIRED}{other}\n{PROBE}"),
     };
-    let error = Config::from_toml(&text).unwrap_err().message;
+    let error = Config::from_toml(&text).unwrap_err().reason;
     // serde: "unknown field `x`, expected `a`", "... `a` or `b`", "... one of `a`, `b`, `c`".
     let expected = error
         .split(", expected ")

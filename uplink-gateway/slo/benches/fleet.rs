@@ -5,7 +5,7 @@
 //! Run: `cargo bench -p edgewatch-slo --bench fleet` (machines: `FLEET_BENCH_MACHINES`, default 10).
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
-use edgewatch_slo::cost::{Period, PriceBookConfig};
+use edgewatch_slo::cost::{Period, RawPriceBook};
 use edgewatch_slo::{Catalog, Costing, Evaluation, Labels, MS_PER_DAY, SeriesSet, parse_rfc3339};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ fn main() {
     let start = parse_rfc3339("2026-11-01T00:00:00Z").unwrap();
     let now = start + DAYS * MS_PER_DAY;
     let catalog = Catalog::default();
-    let book = toml::from_str::<PriceBookConfig>(
+    let book = toml::from_str::<RawPriceBook>(
         "currency = \"USD\"\n[machine_classes.haul]\npurchase_price = 4200.0\nlifetime_hours = 30000.0\n\
          [sites.pit-a]\nenergy_price_per_kwh = 0.19\n",
     )

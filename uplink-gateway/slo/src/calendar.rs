@@ -1,9 +1,13 @@
 //! UTC calendar arithmetic on Unix milliseconds: day and month boundaries, RFC 3339 text, and
-//! Prometheus-style durations (`5m`, `1h`, `30d`).
+//! Prometheus-style durations (`5m`, `1h`, `30d`) for the rules and reports.
 //!
 //! Invariants:
 //! - Only UTC exists here; no function reads a clock or a time zone database.
 //! - [`format_rfc3339`] and [`parse_rfc3339`] round-trip every millisecond in years 0000..=9999.
+//! - Durations are only formatted here, in the units of the one duration grammar
+//!   (`edgewatch_conventions::duration`), which is also what parses them.
+
+use edgewatch_conventions::duration::UNITS;
 
 /// Milliseconds in one UTC day (UTC days have no leap seconds in Unix time).
 pub const MS_PER_DAY: i64 = 86_400_000;
@@ -105,30 +109,11 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     Some(days * MS_PER_DAY + h * 3_600_000 + m * 60_000 + s * 1000 + milli)
 }
 
-/// Units of a Prometheus duration, largest first.
-const UNITS: [(&str, i64); 6] = [
-    ("w", 7 * MS_PER_DAY),
-    ("d", MS_PER_DAY),
-    ("h", 3_600_000),
-    ("m", 60_000),
-    ("s", 1000),
-    ("ms", 1),
-];
-
-/// Parses a single-unit Prometheus duration (`30s`, `5m`, `1h`, `3d`, `1w`, `250ms`) into
-/// milliseconds; `None` for anything else, zero included.
-pub fn parse_duration(text: &str) -> Option<i64> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: i64 = number.parse().ok()?;
-    let (_, unit_ms) = UNITS.iter().find(|(name, _)| *name == unit)?;
-    number.checked_mul(*unit_ms).filter(|ms| *ms > 0)
-}
-
 /// The shortest single-unit Prometheus duration for `ms` (e.g. `3600000` → `1h`).
 pub fn format_duration(ms: i64) -> String {
     UNITS
         .iter()
+        .map(|&(name, unit_ms)| (name, unit_ms as i64))
         .find(|(_, unit_ms)| ms % unit_ms == 0)
         .map_or_else(
             || format!("{ms}ms"),
@@ -183,20 +168,6 @@ mod tests {
         let (start, end) = month_bounds(feb);
         assert_eq!((end - start) / MS_PER_DAY, 29);
         assert_eq!(start, parse_rfc3339("2028-02-01T00:00:00Z").unwrap());
-    }
-
-    #[test]
-    fn durations_parse_and_format_in_prometheus_units() {
-        assert_eq!(parse_duration("5m"), Some(300_000));
-        assert_eq!(parse_duration("30d"), Some(30 * MS_PER_DAY));
-        assert_eq!(parse_duration("250ms"), Some(250));
-        for bad in ["", "5", "m", "0m", "1h30m", "-5m", "5 m", "1y"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
-        }
-        assert_eq!(format_duration(3_600_000), "1h");
-        assert_eq!(format_duration(3 * MS_PER_DAY), "3d");
-        assert_eq!(format_duration(90 * 60_000), "90m");
-        assert_eq!(format_duration(14 * MS_PER_DAY), "2w");
     }
 
     proptest::proptest! {

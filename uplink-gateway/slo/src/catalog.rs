@@ -1,18 +1,24 @@
 //! The SLO catalog: what is promised, measured from which counters, alerted on which burn-rate
 //! windows, and what the error-budget policy answers. A raw form mirrors the TOML
-//! ([`CatalogConfig`], embedded by the gateway in its own config file), and
-//! [`CatalogConfig::validate`] turns it into the [`Catalog`] the rest of the crate uses.
+//! ([`RawCatalog`], embedded by the gateway in its own config file), and [`Catalog::from_raw`]
+//! turns it into the [`Catalog`] the rest of the crate uses.
 //!
 //! Invariants:
 //! - A [`Catalog`] holds only checked values: objectives strictly between 0 and 100 %, windows
 //!   shorter than every period, unique names that are safe as Prometheus label values.
 //! - Every [`ConfigError`] names the offending key, relative to the catalog's own table.
+//! - Durations are read only through [`DURATION_KEYS`], by the workspace's one grammar
+//!   (`edgewatch_conventions::duration`), then held as i64 milliseconds; formatting them back
+//!   into Prometheus units is `calendar::format_duration`.
 //! - The defaults are the field's starting points (see `docs/slo-catalog.md`).
 
-use crate::calendar::{format_duration, parse_duration};
+use crate::calendar::format_duration;
 use crate::names::{label, metric, value};
 use crate::series::Series;
+use edgewatch_conventions::config::ConfigError;
+use edgewatch_conventions::duration::DurationKey;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// How far before a window's start a sample may serve as its base: agents sample every 10–15 s,
 /// so ten minutes bridges short gaps without reaching into an earlier run of the counter.
@@ -28,102 +34,78 @@ pub const ACTION_PLACEHOLDERS: [&str; 5] = [
     label::MODEL_VERSION,
 ];
 
-/// A bad catalog or price-book value; [`ConfigError::key`] names it.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    /// A number lies outside its allowed range.
-    #[error("{key}: {value} is out of range ({expected})")]
-    OutOfRange {
-        /// Offending key.
-        key: String,
-        /// The value given.
-        value: String,
-        /// What is allowed.
-        expected: &'static str,
-    },
-    /// A duration is not a single-unit Prometheus duration such as `5m`, `1h` or `30d`.
-    #[error("{key}: `{value}` is not a duration like 5m, 1h or 30d")]
-    BadDuration {
-        /// Offending key.
-        key: String,
-        /// The text given.
-        value: String,
-    },
-    /// A timestamp is not RFC 3339 UTC, or not at a UTC midnight where one is required.
-    #[error("{key}: `{value}` is not an RFC 3339 UTC timestamp at 00:00:00Z")]
-    BadTimestamp {
-        /// Offending key.
-        key: String,
-        /// The text given.
-        value: String,
-    },
-    /// A name or label value has characters outside its allowed set, or is empty.
-    #[error("{key}: `{value}` is not allowed ({expected})")]
-    BadName {
-        /// Offending key.
-        key: String,
-        /// The text given.
-        value: String,
-        /// What is allowed.
-        expected: &'static str,
-    },
-    /// Two entries that must differ are the same.
-    #[error("{key}: `{value}` appears twice")]
-    Duplicate {
-        /// Offending key.
-        key: String,
-        /// The repeated value.
-        value: String,
-    },
-    /// A list that must not be empty is empty.
-    #[error("{key}: must not be empty")]
-    Empty {
-        /// Offending key.
-        key: String,
-    },
-    /// A key needed by another key's value is missing, or one is present where not allowed.
-    #[error("{key}: {problem}")]
-    Inconsistent {
-        /// Offending key.
-        key: String,
-        /// What does not fit.
-        problem: &'static str,
-    },
+/// Ten years: longer than any SLO period or alert window anyone evaluates.
+const LONGEST_WINDOW: Duration = Duration::from_secs(3_650 * 86_400);
+/// `base_lookback` of the catalog and of the price book: above zero, at most a week.
+pub const BASE_LOOKBACK: DurationKey = DurationKey::new(
+    "base_lookback",
+    Duration::from_millis(1),
+    Duration::from_secs(7 * 86_400),
+);
+/// `slos[].period`: above zero (and at least every alert window).
+pub const PERIOD: DurationKey =
+    DurationKey::new("slos[].period", Duration::from_millis(1), LONGEST_WINDOW);
+/// `alert_windows[].long`: above zero.
+pub const ALERT_LONG: DurationKey = DurationKey::new(
+    "alert_windows[].long",
+    Duration::from_millis(1),
+    LONGEST_WINDOW,
+);
+/// `alert_windows[].short`: above zero (and shorter than the long window).
+pub const ALERT_SHORT: DurationKey = DurationKey::new(
+    "alert_windows[].short",
+    Duration::from_millis(1),
+    LONGEST_WINDOW,
+);
+/// Every duration key of the catalog, named relative to its table (`[slo]` in the gateway's
+/// file).
+pub const DURATION_KEYS: [DurationKey; 4] = [BASE_LOOKBACK, PERIOD, ALERT_LONG, ALERT_SHORT];
+
+/// `text` under `key` (the entry `at`, e.g. `slos[2].period`), in milliseconds.
+pub(crate) fn duration_ms(key: &DurationKey, at: &str, text: &str) -> Result<i64, ConfigError> {
+    let value = key.parse_at(at, text)?;
+    // The bounds keep every value far below i64::MAX milliseconds.
+    Ok(i64::try_from(value.as_millis()).unwrap_or(i64::MAX))
 }
 
-impl ConfigError {
-    /// The offending key, e.g. `slos[0].objective_percent`.
-    pub fn key(&self) -> &str {
-        match self {
-            Self::OutOfRange { key, .. }
-            | Self::BadDuration { key, .. }
-            | Self::BadTimestamp { key, .. }
-            | Self::BadName { key, .. }
-            | Self::Duplicate { key, .. }
-            | Self::Empty { key }
-            | Self::Inconsistent { key, .. } => key,
-        }
-    }
+/// `key` out of its range: `value` is not `expected`.
+pub(crate) fn out_of_range(key: impl Into<String>, value: f64, expected: &str) -> ConfigError {
+    ConfigError::new(key, format!("{value} is out of range ({expected})"))
 }
 
-/// The catalog as written in TOML. Missing keys take [`CatalogConfig::default`]'s values.
+/// `key` holds `value`, with characters or a form outside `expected`.
+pub(crate) fn bad_name(key: impl Into<String>, value: &str, expected: &str) -> ConfigError {
+    ConfigError::new(key, format!("`{value}` is not allowed ({expected})"))
+}
+
+/// `key` repeats `value`, which must be unique.
+pub(crate) fn duplicate(key: impl Into<String>, value: &str) -> ConfigError {
+    ConfigError::new(key, format!("`{value}` appears twice"))
+}
+
+/// `key` is an empty list or text that must not be.
+pub(crate) fn empty(key: impl Into<String>) -> ConfigError {
+    ConfigError::new(key, "must not be empty")
+}
+
+/// The catalog as written in TOML. Missing keys take [`RawCatalog::default`]'s values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct CatalogConfig {
+pub struct RawCatalog {
     /// See [`DEFAULT_BASE_LOOKBACK`] and the increase rule in [`crate::series`].
     pub base_lookback: String,
     /// The SLOs; evaluated and rendered in this order.
-    pub slos: Vec<SloConfig>,
+    pub slos: Vec<RawSlo>,
     /// Multi-window burn-rate alerts, shared by every SLO.
-    pub alert_windows: Vec<AlertWindowConfig>,
+    pub alert_windows: Vec<RawAlertWindow>,
     /// Error-budget policy rules; every matching rule's action applies.
-    pub policy: Vec<PolicyRuleConfig>,
+    pub policy: Vec<RawPolicyRule>,
 }
 
 /// One SLO as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SloConfig {
+pub struct RawSlo {
     /// Identifier: lowercase letters, digits, `-` and `_`; becomes the `slo` label.
     pub name: String,
     /// One line for humans (rule annotations, reports).
@@ -135,7 +117,7 @@ pub struct SloConfig {
     #[serde(default = "default_period")]
     pub period: String,
     /// Which counters measure it.
-    pub sli: SliConfig,
+    pub sli: RawSli,
 }
 
 fn default_period() -> String {
@@ -145,7 +127,7 @@ fn default_period() -> String {
 /// Which counters an SLO is computed from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum SliConfig {
+pub enum RawSli {
     /// good = cycles − deadline misses of the named loops.
     ControlDeadline(LoopsSli),
     /// good = safety events that reached the gateway within the freshness limit of the
@@ -200,7 +182,7 @@ impl Severity {
 /// One multi-window burn-rate alert as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AlertWindowConfig {
+pub struct RawAlertWindow {
     /// Long window, e.g. `1h`.
     pub long: String,
     /// Short window, e.g. `5m`; confirms the burn is still going on.
@@ -228,7 +210,7 @@ pub enum PolicyWhen {
 /// One error-budget policy rule as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyRuleConfig {
+pub struct RawPolicyRule {
     /// The condition.
     pub when: PolicyWhen,
     /// Threshold for `budget_below`, percent of the budget; absent otherwise.
@@ -238,21 +220,20 @@ pub struct PolicyRuleConfig {
     pub action: String,
 }
 
-impl Default for CatalogConfig {
+impl Default for RawCatalog {
     /// The field's starting points: safety-relevant AI control 99.99 %, assistive 99.9 %, safety
     /// event freshness 95 %, GPU throttled time at most 1 % of machine time; the SRE workbook's
     /// windows; freeze on an exhausted budget, halt on a page.
     fn default() -> Self {
-        let slo =
-            |name: &str, description: &str, objective_percent: f64, sli: SliConfig| SloConfig {
-                name: name.to_owned(),
-                description: description.to_owned(),
-                objective_percent,
-                period: default_period(),
-                sli,
-            };
+        let slo = |name: &str, description: &str, objective_percent: f64, sli: RawSli| RawSlo {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            objective_percent,
+            period: default_period(),
+            sli,
+        };
         let window =
-            |long: &str, short: &str, budget_percent: f64, severity: Severity| AlertWindowConfig {
+            |long: &str, short: &str, budget_percent: f64, severity: Severity| RawAlertWindow {
                 long: long.to_owned(),
                 short: short.to_owned(),
                 budget_percent,
@@ -265,7 +246,7 @@ impl Default for CatalogConfig {
                     "safety-control",
                     "Safety-relevant on-machine AI function: control steps within their deadline",
                     99.99,
-                    SliConfig::ControlDeadline(LoopsSli {
+                    RawSli::ControlDeadline(LoopsSli {
                         loops: vec!["safety".to_owned()],
                     }),
                 ),
@@ -273,7 +254,7 @@ impl Default for CatalogConfig {
                     "assistive-control",
                     "Assistive on-machine AI function: control steps within their deadline",
                     99.9,
-                    SliConfig::ControlDeadline(LoopsSli {
+                    RawSli::ControlDeadline(LoopsSli {
                         loops: vec!["assistive".to_owned()],
                     }),
                 ),
@@ -281,13 +262,13 @@ impl Default for CatalogConfig {
                     "safety-event-freshness",
                     "Safety events at the gateway within the freshness limit of the machine's reconnect",
                     95.0,
-                    SliConfig::Freshness(FreshnessSli {}),
+                    RawSli::Freshness(FreshnessSli {}),
                 ),
                 slo(
                     "gpu-throttled-time",
                     "Machine time during which the GPU was not thermally throttled",
                     99.0,
-                    SliConfig::ThrottledTime(ThrottleSli {
+                    RawSli::ThrottledTime(ThrottleSli {
                         components: vec![value::GPU.to_owned()],
                     }),
                 ),
@@ -298,13 +279,13 @@ impl Default for CatalogConfig {
                 window("3d", "6h", 10.0, Severity::Ticket),
             ],
             policy: vec![
-                PolicyRuleConfig {
+                RawPolicyRule {
                     when: PolicyWhen::PageAlertFiring,
                     percent: None,
                     action: "halt rollout of {model} {model_version} to {machine_class} at {site}"
                         .to_owned(),
                 },
-                PolicyRuleConfig {
+                RawPolicyRule {
                     when: PolicyWhen::BudgetExhausted,
                     percent: None,
                     action: "freeze rollouts of {model} {model_version} to class {machine_class}"
@@ -506,27 +487,34 @@ pub struct PolicyRule {
     pub action: String,
 }
 
-impl CatalogConfig {
-    /// Checks every value and cross-field rule; the error names the first bad key.
+impl RawCatalog {
+    /// Checks every value and cross-field rule: [`Catalog::from_raw`].
     pub fn validate(&self) -> Result<Catalog, ConfigError> {
-        let lookback_ms = duration("base_lookback", &self.base_lookback)?;
-        let mut alert_windows = Vec::with_capacity(self.alert_windows.len());
-        for (i, w) in self.alert_windows.iter().enumerate() {
+        Catalog::from_raw(self)
+    }
+}
+
+impl Catalog {
+    /// Checks every value and cross-field rule of `raw`; the error names the first bad key.
+    pub fn from_raw(raw: &RawCatalog) -> Result<Catalog, ConfigError> {
+        let lookback_ms = duration_ms(&BASE_LOOKBACK, BASE_LOOKBACK.name, &raw.base_lookback)?;
+        let mut alert_windows = Vec::with_capacity(raw.alert_windows.len());
+        for (i, w) in raw.alert_windows.iter().enumerate() {
             let key = format!("alert_windows[{i}]");
-            let long_ms = duration(&format!("{key}.long"), &w.long)?;
-            let short_ms = duration(&format!("{key}.short"), &w.short)?;
+            let long_ms = duration_ms(&ALERT_LONG, &format!("{key}.long"), &w.long)?;
+            let short_ms = duration_ms(&ALERT_SHORT, &format!("{key}.short"), &w.short)?;
             if short_ms >= long_ms {
-                return Err(ConfigError::Inconsistent {
-                    key: format!("{key}.short"),
-                    problem: "the short window must be shorter than the long one",
-                });
+                return Err(ConfigError::new(
+                    format!("{key}.short"),
+                    "the short window must be shorter than the long one",
+                ));
             }
             if !(w.budget_percent > 0.0 && w.budget_percent <= 100.0) {
-                return Err(ConfigError::OutOfRange {
-                    key: format!("{key}.budget_percent"),
-                    value: w.budget_percent.to_string(),
-                    expected: "greater than 0 and at most 100",
-                });
+                return Err(out_of_range(
+                    format!("{key}.budget_percent"),
+                    w.budget_percent,
+                    "greater than 0 and at most 100",
+                ));
             }
             let window = AlertWindow {
                 long_ms,
@@ -538,49 +526,43 @@ impl CatalogConfig {
                 .iter()
                 .any(|o: &AlertWindow| o.alert_name() == window.alert_name())
             {
-                return Err(ConfigError::Duplicate {
-                    key,
-                    value: window.label(),
-                });
+                return Err(duplicate(key, &window.label()));
             }
             alert_windows.push(window);
         }
         let longest_window = alert_windows.iter().map(|w| w.long_ms).max().unwrap_or(0);
 
-        let mut slos: Vec<Slo> = Vec::with_capacity(self.slos.len());
-        for (i, s) in self.slos.iter().enumerate() {
+        let mut slos: Vec<Slo> = Vec::with_capacity(raw.slos.len());
+        for (i, s) in raw.slos.iter().enumerate() {
             let key = format!("slos[{i}]");
             check_name(&format!("{key}.name"), &s.name)?;
             if slos.iter().any(|o| o.name == s.name) {
-                return Err(ConfigError::Duplicate {
-                    key: format!("{key}.name"),
-                    value: s.name.clone(),
-                });
+                return Err(duplicate(format!("{key}.name"), &s.name));
             }
             if !(s.objective_percent > 0.0 && s.objective_percent < 100.0) {
-                return Err(ConfigError::OutOfRange {
-                    key: format!("{key}.objective_percent"),
-                    value: s.objective_percent.to_string(),
-                    expected: "strictly between 0 and 100",
-                });
+                return Err(out_of_range(
+                    format!("{key}.objective_percent"),
+                    s.objective_percent,
+                    "strictly between 0 and 100",
+                ));
             }
-            let period_ms = duration(&format!("{key}.period"), &s.period)?;
+            let period_ms = duration_ms(&PERIOD, &format!("{key}.period"), &s.period)?;
             if period_ms < longest_window {
-                return Err(ConfigError::Inconsistent {
-                    key: format!("{key}.period"),
-                    problem: "the period must be at least as long as every alert window",
-                });
+                return Err(ConfigError::new(
+                    format!("{key}.period"),
+                    "the period must be at least as long as every alert window",
+                ));
             }
             let sli = match &s.sli {
-                SliConfig::ControlDeadline(l) => {
+                RawSli::ControlDeadline(l) => {
                     let key = format!("{key}.sli.loops");
                     check_values(&key, &l.loops, None)?;
                     Sli::ControlDeadline {
                         loops: l.loops.clone(),
                     }
                 }
-                SliConfig::Freshness(FreshnessSli {}) => Sli::Freshness,
-                SliConfig::ThrottledTime(t) => {
+                RawSli::Freshness(FreshnessSli {}) => Sli::Freshness,
+                RawSli::ThrottledTime(t) => {
                     let key = format!("{key}.sli.components");
                     check_values(&key, &t.components, Some(&value::COMPONENTS))?;
                     Sli::ThrottledTime {
@@ -598,31 +580,31 @@ impl CatalogConfig {
             });
         }
 
-        let mut policy = Vec::with_capacity(self.policy.len());
-        for (i, p) in self.policy.iter().enumerate() {
+        let mut policy = Vec::with_capacity(raw.policy.len());
+        for (i, p) in raw.policy.iter().enumerate() {
             let key = format!("policy[{i}]");
             let condition = match (p.when, p.percent) {
                 (PolicyWhen::BudgetBelow, Some(percent)) if percent > 0.0 && percent <= 100.0 => {
                     PolicyCondition::BudgetBelow(percent / 100.0)
                 }
                 (PolicyWhen::BudgetBelow, Some(percent)) => {
-                    return Err(ConfigError::OutOfRange {
-                        key: format!("{key}.percent"),
-                        value: percent.to_string(),
-                        expected: "greater than 0 and at most 100",
-                    });
+                    return Err(out_of_range(
+                        format!("{key}.percent"),
+                        percent,
+                        "greater than 0 and at most 100",
+                    ));
                 }
                 (PolicyWhen::BudgetBelow, None) => {
-                    return Err(ConfigError::Inconsistent {
-                        key: format!("{key}.percent"),
-                        problem: "`budget_below` needs a percent",
-                    });
+                    return Err(ConfigError::new(
+                        format!("{key}.percent"),
+                        "`budget_below` needs a percent",
+                    ));
                 }
                 (_, Some(_)) => {
-                    return Err(ConfigError::Inconsistent {
-                        key: format!("{key}.percent"),
-                        problem: "only `budget_below` takes a percent",
-                    });
+                    return Err(ConfigError::new(
+                        format!("{key}.percent"),
+                        "only `budget_below` takes a percent",
+                    ));
                 }
                 (PolicyWhen::BudgetExhausted, None) => PolicyCondition::BudgetExhausted,
                 (PolicyWhen::PageAlertFiring, None) => PolicyCondition::AlertFiring(Severity::Page),
@@ -649,19 +631,12 @@ impl CatalogConfig {
 impl Default for Catalog {
     /// The validated default catalog.
     fn default() -> Self {
-        match CatalogConfig::default().validate() {
+        match Catalog::from_raw(&RawCatalog::default()) {
             Ok(catalog) => catalog,
             // The defaults are constants checked by a unit test.
             Err(error) => unreachable!("the default catalog is invalid: {error}"),
         }
     }
-}
-
-pub(crate) fn duration(key: &str, text: &str) -> Result<i64, ConfigError> {
-    parse_duration(text).ok_or_else(|| ConfigError::BadDuration {
-        key: key.to_owned(),
-        value: text.to_owned(),
-    })
 }
 
 /// SLO names become label values, rule group names and file-friendly identifiers.
@@ -675,39 +650,34 @@ fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
-        Err(ConfigError::BadName {
-            key: key.to_owned(),
-            value: name.to_owned(),
-            expected: "1 to 64 of a-z, 0-9, '-', '_', starting with a letter or digit",
-        })
+        Err(bad_name(
+            key,
+            name,
+            "1 to 64 of a-z, 0-9, '-', '_', starting with a letter or digit",
+        ))
     }
 }
 
 /// Label values to match: non-empty list of non-empty, distinct values, from `allowed` if given.
 fn check_values(key: &str, values: &[String], allowed: Option<&[&str]>) -> Result<(), ConfigError> {
     if values.is_empty() {
-        return Err(ConfigError::Empty {
-            key: key.to_owned(),
-        });
+        return Err(empty(key));
     }
     for (i, v) in values.iter().enumerate() {
         let bad_char = v.chars().any(char::is_control);
         if v.is_empty() || bad_char || allowed.is_some_and(|a| !a.contains(&v.as_str())) {
-            return Err(ConfigError::BadName {
-                key: format!("{key}[{i}]"),
-                value: v.clone(),
-                expected: if allowed.is_some() {
+            return Err(bad_name(
+                format!("{key}[{i}]"),
+                v,
+                if allowed.is_some() {
                     "one of cpu, gpu, soc"
                 } else {
                     "a non-empty label value without control characters"
                 },
-            });
+            ));
         }
         if values[..i].contains(v) {
-            return Err(ConfigError::Duplicate {
-                key: format!("{key}[{i}]"),
-                value: v.clone(),
-            });
+            return Err(duplicate(format!("{key}[{i}]"), v));
         }
     }
     Ok(())
@@ -715,9 +685,7 @@ fn check_values(key: &str, values: &[String], allowed: Option<&[&str]>) -> Resul
 
 fn check_template(key: &str, template: &str) -> Result<(), ConfigError> {
     if template.trim().is_empty() {
-        return Err(ConfigError::Empty {
-            key: key.to_owned(),
-        });
+        return Err(empty(key));
     }
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -728,11 +696,11 @@ fn check_template(key: &str, template: &str) -> Result<(), ConfigError> {
                 rest = &after[name.len() + 1..];
             }
             _ => {
-                return Err(ConfigError::BadName {
-                    key: key.to_owned(),
-                    value: template.to_owned(),
-                    expected: "placeholders {slo}, {machine_class}, {site}, {model}, {model_version}",
-                });
+                return Err(bad_name(
+                    key,
+                    template,
+                    "placeholders {slo}, {machine_class}, {site}, {model}, {model_version}",
+                ));
             }
         }
     }
@@ -753,10 +721,27 @@ pub(crate) fn fill_template(template: &str, slo: &str, group: &crate::GroupKey) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calendar::MS_PER_DAY;
+
+    #[test]
+    fn durations_parse_and_format_in_prometheus_units() {
+        // A window of the catalog in milliseconds, `None` when refused.
+        let parse_duration = |text: &str| duration_ms(&ALERT_LONG, ALERT_LONG.name, text).ok();
+        assert_eq!(parse_duration("5m"), Some(300_000));
+        assert_eq!(parse_duration("30d"), Some(30 * MS_PER_DAY));
+        assert_eq!(parse_duration("250ms"), Some(250));
+        for bad in ["", "5", "m", "0m", "1h30m", "-5m", "5 m", "1y"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert_eq!(format_duration(3_600_000), "1h");
+        assert_eq!(format_duration(3 * MS_PER_DAY), "3d");
+        assert_eq!(format_duration(90 * 60_000), "90m");
+        assert_eq!(format_duration(14 * MS_PER_DAY), "2w");
+    }
 
     #[test]
     fn the_default_catalog_is_valid_and_has_the_workbook_factors() {
-        let catalog = CatalogConfig::default().validate().unwrap();
+        let catalog = RawCatalog::default().validate().unwrap();
         assert_eq!(catalog.slos.len(), 4);
         let period = catalog.slos[0].period_ms;
         let factors: Vec<f64> = catalog
@@ -775,37 +760,37 @@ mod tests {
 
     #[test]
     fn errors_name_the_offending_key() {
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.slos[1].objective_percent = 100.0;
         assert_eq!(c.validate().unwrap_err().key(), "slos[1].objective_percent");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.slos[2].period = "30 days".into();
         assert_eq!(c.validate().unwrap_err().key(), "slos[2].period");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.slos[1].name = c.slos[0].name.clone();
         assert_eq!(c.validate().unwrap_err().key(), "slos[1].name");
 
-        let mut c = CatalogConfig::default();
-        c.slos[3].sli = SliConfig::ThrottledTime(ThrottleSli {
+        let mut c = RawCatalog::default();
+        c.slos[3].sli = RawSli::ThrottledTime(ThrottleSli {
             components: vec!["gpu".into(), "fan".into()],
         });
         assert_eq!(c.validate().unwrap_err().key(), "slos[3].sli.components[1]");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.alert_windows[1].short = "6h".into();
         assert_eq!(c.validate().unwrap_err().key(), "alert_windows[1].short");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.slos[0].period = "2d".into();
         assert_eq!(c.validate().unwrap_err().key(), "slos[0].period");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.policy[0].action = "halt {modle}".into();
         assert_eq!(c.validate().unwrap_err().key(), "policy[0].action");
 
-        let mut c = CatalogConfig::default();
+        let mut c = RawCatalog::default();
         c.policy[1].when = PolicyWhen::BudgetBelow;
         assert_eq!(c.validate().unwrap_err().key(), "policy[1].percent");
     }
@@ -819,13 +804,13 @@ mod tests {
             "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"freshness\", limit = \"24h\" }",
             "[[alert_windows]]\nlong = \"1h\"\nshort = \"5m\"\nbudget_percent = 2.0\nseverity = \"page\"\nfor = \"2m\"",
         ] {
-            assert!(toml::from_str::<CatalogConfig>(text).is_err(), "{text}");
+            assert!(toml::from_str::<RawCatalog>(text).is_err(), "{text}");
         }
-        let parsed: CatalogConfig = toml::from_str(
+        let parsed: RawCatalog = toml::from_str(
             "[[slos]]\nname = \"a\"\nobjective_percent = 99.0\nsli = { kind = \"control_deadline\", loops = [\"x\"] }",
         )
         .unwrap();
-        assert_eq!(parsed.alert_windows, CatalogConfig::default().alert_windows);
+        assert_eq!(parsed.alert_windows, RawCatalog::default().alert_windows);
         assert!(parsed.validate().is_ok());
     }
 }

@@ -19,19 +19,24 @@
 //!   missing.
 
 use crate::calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
-use crate::catalog::{ConfigError, DEFAULT_BASE_LOOKBACK, duration};
+use crate::catalog::{BASE_LOOKBACK, DEFAULT_BASE_LOOKBACK, bad_name, duration_ms, out_of_range};
 use crate::names::{label, metric, value};
 use crate::series::{Series, SeriesSet, Window};
+use edgewatch_conventions::config::ConfigError;
+use edgewatch_conventions::duration::DurationKey;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Joules in one kilowatt-hour.
 pub const JOULES_PER_KWH: f64 = 3.6e6;
+/// Every duration key of the price book, named relative to its table (`[prices]` in the
+/// gateway's file): the increase rule's base lookback, bounded as the catalog's.
+pub const DURATION_KEYS: [DurationKey; 1] = [BASE_LOOKBACK];
 
 /// The price book as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PriceBookConfig {
+pub struct RawPriceBook {
     /// ISO 4217 code of every amount, e.g. `USD`.
     pub currency: String,
     /// Base lookback of the increase rule (default [`DEFAULT_BASE_LOOKBACK`]).
@@ -39,13 +44,13 @@ pub struct PriceBookConfig {
     pub base_lookback: String,
     /// Edge hardware per `machine_class`.
     #[serde(default)]
-    pub machine_classes: BTreeMap<String, HardwarePriceConfig>,
+    pub machine_classes: BTreeMap<String, HardwarePrice>,
     /// Energy tariff per `site`.
     #[serde(default)]
-    pub sites: BTreeMap<String, SitePriceConfig>,
+    pub sites: BTreeMap<String, SitePrice>,
     /// Cloud inference and training amounts per period.
     #[serde(default)]
-    pub shares: Vec<ShareConfig>,
+    pub shares: Vec<RawShare>,
 }
 
 fn default_lookback() -> String {
@@ -55,7 +60,7 @@ fn default_lookback() -> String {
 /// Edge computer of one machine class.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HardwarePriceConfig {
+pub struct HardwarePrice {
     /// Purchase price of one edge computer (with its installation), in the currency.
     pub purchase_price: f64,
     /// Hours of machine time over which it is amortized.
@@ -65,7 +70,7 @@ pub struct HardwarePriceConfig {
 /// Energy tariff of one site.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SitePriceConfig {
+pub struct SitePrice {
     /// Price of one kWh.
     pub energy_price_per_kwh: f64,
 }
@@ -94,7 +99,7 @@ impl ShareService {
 /// An amount for a period, allocated by autonomous hours.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ShareConfig {
+pub struct RawShare {
     /// `cloud-inference` or `training`.
     pub service: ShareService,
     /// Amount for the whole period, in the currency.
@@ -125,9 +130,9 @@ pub struct PriceBook {
     /// Base lookback, ms.
     pub lookback_ms: i64,
     /// Hardware per machine class.
-    pub machine_classes: BTreeMap<String, HardwarePriceConfig>,
+    pub machine_classes: BTreeMap<String, HardwarePrice>,
     /// Tariff per site.
-    pub sites: BTreeMap<String, SitePriceConfig>,
+    pub sites: BTreeMap<String, SitePrice>,
     /// Shares with their periods.
     pub shares: Vec<Share>,
 }
@@ -136,7 +141,7 @@ pub struct PriceBook {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Share {
     /// The configured values.
-    pub config: ShareConfig,
+    pub config: RawShare,
     /// Its period.
     pub period: Period,
 }
@@ -154,67 +159,68 @@ impl Share {
     }
 }
 
-impl PriceBookConfig {
-    /// Checks every value; the error names the first bad key.
+impl RawPriceBook {
+    /// Checks every value: [`PriceBook::from_raw`].
     pub fn validate(&self) -> Result<PriceBook, ConfigError> {
-        let c = &self.currency;
+        PriceBook::from_raw(self)
+    }
+}
+
+impl PriceBook {
+    /// Checks every value of `raw`; the error names the first bad key.
+    pub fn from_raw(raw: &RawPriceBook) -> Result<PriceBook, ConfigError> {
+        let c = &raw.currency;
         if c.len() != 3 || !c.chars().all(|ch| ch.is_ascii_uppercase()) {
-            return Err(ConfigError::BadName {
-                key: "currency".into(),
-                value: c.clone(),
-                expected: "an ISO 4217 code such as USD",
-            });
+            return Err(bad_name("currency", c, "an ISO 4217 code such as USD"));
         }
-        let lookback_ms = duration("base_lookback", &self.base_lookback)?;
+        let lookback_ms = duration_ms(&BASE_LOOKBACK, BASE_LOOKBACK.name, &raw.base_lookback)?;
         let non_negative = |key: String, v: f64| {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(ConfigError::OutOfRange {
-                    key,
-                    value: v.to_string(),
-                    expected: "a finite amount ≥ 0",
-                })
+                Err(out_of_range(key, v, "a finite amount ≥ 0"))
             }
         };
-        for (class, hw) in &self.machine_classes {
+        for (class, hw) in &raw.machine_classes {
             non_negative(
                 format!("machine_classes.{class}.purchase_price"),
                 hw.purchase_price,
             )?;
             if !(hw.lifetime_hours.is_finite() && hw.lifetime_hours > 0.0) {
-                return Err(ConfigError::OutOfRange {
-                    key: format!("machine_classes.{class}.lifetime_hours"),
-                    value: hw.lifetime_hours.to_string(),
-                    expected: "a finite number of hours > 0",
-                });
+                return Err(out_of_range(
+                    format!("machine_classes.{class}.lifetime_hours"),
+                    hw.lifetime_hours,
+                    "a finite number of hours > 0",
+                ));
             }
         }
-        for (site, price) in &self.sites {
+        for (site, price) in &raw.sites {
             non_negative(
                 format!("sites.{site}.energy_price_per_kwh"),
                 price.energy_price_per_kwh,
             )?;
         }
-        let mut shares = Vec::with_capacity(self.shares.len());
-        for (i, share) in self.shares.iter().enumerate() {
+        let mut shares = Vec::with_capacity(raw.shares.len());
+        for (i, share) in raw.shares.iter().enumerate() {
             let key = format!("shares[{i}]");
             non_negative(format!("{key}.amount"), share.amount)?;
             let midnight = |field: &str, text: &str| {
                 parse_rfc3339(text)
                     .filter(|ms| ms.rem_euclid(MS_PER_DAY) == 0)
-                    .ok_or_else(|| ConfigError::BadTimestamp {
-                        key: format!("{key}.{field}"),
-                        value: text.to_owned(),
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            format!("{key}.{field}"),
+                            format!("`{text}` is not an RFC 3339 UTC timestamp at 00:00:00Z"),
+                        )
                     })
             };
             let start_ms = midnight("start", &share.start)?;
             let end_ms = midnight("end", &share.end)?;
             if end_ms <= start_ms {
-                return Err(ConfigError::Inconsistent {
-                    key: format!("{key}.end"),
-                    problem: "the end must come after the start",
-                });
+                return Err(ConfigError::new(
+                    format!("{key}.end"),
+                    "the end must come after the start",
+                ));
             }
             shares.push(Share {
                 config: share.clone(),
@@ -222,10 +228,10 @@ impl PriceBookConfig {
             });
         }
         Ok(PriceBook {
-            currency: self.currency.clone(),
+            currency: raw.currency.clone(),
             lookback_ms,
-            machine_classes: self.machine_classes.clone(),
-            sites: self.sites.clone(),
+            machine_classes: raw.machine_classes.clone(),
+            sites: raw.sites.clone(),
             shares,
         })
     }

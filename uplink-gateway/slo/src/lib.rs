@@ -7,10 +7,10 @@
 //! - [`names`]: series names, label names and shared label values of `docs/series.md`, which the
 //!   gateway writes by.
 //! - [`series`]: raw counter samples ([`SeriesSet`]) and the one increase rule every number uses.
-//! - [`catalog`]: the SLO catalog in config ([`CatalogConfig`] → [`Catalog`]), defaults included.
+//! - [`catalog`]: the SLO catalog in config ([`RawCatalog`] → [`Catalog`]), defaults included.
 //! - [`slo`]: [`evaluate`] → [`SloReport`]: compliance, budget, burn rates, alerts, policy;
 //!   [`Evaluation`] does the same one series at a time, for bounded memory at fleet scale.
-//! - [`mod@cost`]: the price book ([`PriceBookConfig`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
+//! - [`mod@cost`]: the price book ([`RawPriceBook`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
 //!   (or [`Costing`], one series at a time).
 //! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
 //! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
@@ -37,8 +37,8 @@ pub mod slo;
 mod calendar;
 
 pub use calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
-pub use catalog::{Catalog, CatalogConfig, ConfigError};
-pub use cost::{CostReport, Costing, Period, PriceBook, PriceBookConfig, cost};
+pub use catalog::{Catalog, RawCatalog};
+pub use cost::{CostReport, Costing, Period, PriceBook, RawPriceBook, cost};
 pub use focus::{FocusRow, focus_rows};
 pub use report::{render_cost_text, render_slo_text};
 pub use rules::render_rules;

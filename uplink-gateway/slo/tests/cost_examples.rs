@@ -2,7 +2,7 @@
 //! correction rows that late data for a closed day produces.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::cost::{Period, PriceBookConfig, ShareService};
+use edgewatch_slo::cost::{Period, RawPriceBook, ShareService};
 use edgewatch_slo::focus::{FocusRow, parse_focus_csv, write_autonomy_csv, write_focus_csv};
 use edgewatch_slo::{
     Costing, Labels, MS_PER_DAY, PriceBook, SeriesSet, cost, focus_rows, parse_rfc3339,
@@ -19,7 +19,7 @@ fn day() -> i64 {
 /// cloud inference 300 for November (30 days → 10 a day); training of `det` 600 for November
 /// (20 a day).
 fn book() -> PriceBook {
-    let config: PriceBookConfig = toml::from_str(
+    let config: RawPriceBook = toml::from_str(
         r#"
         currency = "USD"
         [machine_classes.haul]
@@ -371,7 +371,7 @@ fn a_machine_class_or_site_without_a_price_is_reported_not_fatal() {
 #[test]
 fn price_book_errors_name_the_key() {
     let parse = |text: &str| {
-        toml::from_str::<PriceBookConfig>(text)
+        toml::from_str::<RawPriceBook>(text)
             .unwrap()
             .validate()
             .unwrap_err()
@@ -386,7 +386,7 @@ fn price_book_errors_name_the_key() {
         "currency = \"USD\"\n[[shares]]\nservice = \"training\"\namount = 1.0\nstart = \"2026-11-01T12:00:00Z\"\nend = \"2026-12-01T00:00:00Z\"",
     );
     assert_eq!(err.key(), "shares[0].start");
-    assert!(toml::from_str::<PriceBookConfig>("currency = \"USD\"\nvat = 0.2").is_err());
+    assert!(toml::from_str::<RawPriceBook>("currency = \"USD\"\nvat = 0.2").is_err());
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The example configuration in `docs/slo-catalog.md` parses, validates, and states the defaults.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::{CatalogConfig, PriceBookConfig};
+use edgewatch_slo::{RawCatalog, RawPriceBook};
 use serde::Deserialize;
 
 const DOC: &str = include_str!("../../../docs/slo-catalog.md");
@@ -10,8 +10,8 @@ const DOC: &str = include_str!("../../../docs/slo-catalog.md");
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Embedded {
-    slo: CatalogConfig,
-    prices: PriceBookConfig,
+    slo: RawCatalog,
+    prices: RawPriceBook,
 }
 
 fn toml_block() -> &'static str {
@@ -34,7 +34,7 @@ fn the_documented_example_configuration_is_valid() {
 #[test]
 fn the_documented_catalog_spells_out_the_defaults() {
     let embedded: Embedded = toml::from_str(toml_block()).unwrap();
-    let defaults = CatalogConfig::default();
+    let defaults = RawCatalog::default();
     assert_eq!(embedded.slo.slos, defaults.slos);
     assert_eq!(embedded.slo.alert_windows, defaults.alert_windows);
     assert_eq!(embedded.slo.base_lookback, defaults.base_lookback);

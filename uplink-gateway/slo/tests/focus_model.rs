@@ -3,7 +3,7 @@
 //! current data costs, and an immediate re-export adds nothing. A restart re-reads the file.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::cost::{Period, PriceBookConfig};
+use edgewatch_slo::cost::{Period, RawPriceBook};
 use edgewatch_slo::focus::{FocusRow, parse_focus_csv, write_focus_csv};
 use edgewatch_slo::{Labels, MS_PER_DAY, PriceBook, SeriesSet, cost, focus_rows, parse_rfc3339};
 use proptest::prelude::*;
@@ -14,7 +14,7 @@ fn start() -> i64 {
 }
 
 fn book() -> PriceBook {
-    toml::from_str::<PriceBookConfig>(
+    toml::from_str::<RawPriceBook>(
         r#"
         currency = "EUR"
         [machine_classes.haul]

@@ -3,7 +3,7 @@
 //! fast burn and silent for a slow one.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::catalog::{CatalogConfig, LoopsSli, SliConfig};
+use edgewatch_slo::catalog::{LoopsSli, RawCatalog, RawSli};
 use edgewatch_slo::{Catalog, render_rules};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,9 +42,9 @@ fn run(dir: &Path, args: &[&str]) -> String {
 
 /// One 99.99 % SLO over two loops, one of them with a regex metacharacter in its name.
 fn catalog() -> Catalog {
-    let mut config = CatalogConfig::default();
+    let mut config = RawCatalog::default();
     config.slos.truncate(1);
-    config.slos[0].sli = SliConfig::ControlDeadline(LoopsSli {
+    config.slos[0].sli = RawSli::ControlDeadline(LoopsSli {
         loops: vec!["safety.main".into(), "safety_aux".into()],
     });
     config.validate().unwrap()

@@ -1,7 +1,7 @@
 //! The plain-text and JSON forms of the reports the gateway prints.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::cost::{Period, PriceBookConfig};
+use edgewatch_slo::cost::{Period, RawPriceBook};
 use edgewatch_slo::{
     Catalog, Labels, MS_PER_DAY, SeriesSet, cost, evaluate, parse_rfc3339, render_cost_text,
     render_slo_text,
@@ -135,7 +135,7 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
 #[test]
 fn the_cost_table_shows_each_component_and_the_cost_per_autonomous_hour() {
     let t0 = parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
-    let book = toml::from_str::<PriceBookConfig>(
+    let book = toml::from_str::<RawPriceBook>(
         "currency = \"USD\"\n[machine_classes.haul]\npurchase_price = 3000.0\nlifetime_hours = 30000.0\n\
          [sites.pit-a]\nenergy_price_per_kwh = 0.5\n",
     )

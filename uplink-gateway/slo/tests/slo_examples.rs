@@ -2,9 +2,7 @@
 //! policy, including late data that lands after a partition.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use edgewatch_slo::catalog::{
-    CatalogConfig, FreshnessSli, LoopsSli, SliConfig, SloConfig, ThrottleSli,
-};
+use edgewatch_slo::catalog::{FreshnessSli, LoopsSli, RawCatalog, RawSli, RawSlo, ThrottleSli};
 use edgewatch_slo::slo::SloRow;
 use edgewatch_slo::{
     Catalog, Evaluation, Labels, SeriesSet, evaluate, parse_rfc3339, required_series,
@@ -50,9 +48,9 @@ fn assert_close(actual: Option<f64>, expected: f64, what: &str) {
 
 /// One 99.9 % control SLO (budget 0.001) on loop `safety`, default windows and policy.
 fn catalog() -> Catalog {
-    let config = CatalogConfig {
+    let config = RawCatalog {
         slos: catalog_config_with_period("30d"),
-        ..CatalogConfig::default()
+        ..RawCatalog::default()
     };
     config.validate().unwrap()
 }
@@ -310,11 +308,11 @@ fn a_slow_burn_opens_a_ticket_but_does_not_page() {
 
 #[test]
 fn freshness_and_throttled_time_follow_their_own_counters() {
-    let mut config = CatalogConfig::default();
+    let mut config = RawCatalog::default();
     config.slos.retain(|s| {
         matches!(
             s.sli,
-            SliConfig::Freshness(FreshnessSli {}) | SliConfig::ThrottledTime(ThrottleSli { .. })
+            RawSli::Freshness(FreshnessSli {}) | RawSli::ThrottledTime(ThrottleSli { .. })
         )
     });
     let catalog = config.validate().unwrap();
@@ -419,9 +417,9 @@ fn only_samples_inside_the_needed_range_affect_the_report() {
     add(&mut everything, &p.before);
     add(&mut everything, &p.backlog);
     add(&mut everything, &p.live);
-    let mut config = CatalogConfig {
+    let mut config = RawCatalog {
         slos: catalog_config_with_period("1d"),
-        ..CatalogConfig::default()
+        ..RawCatalog::default()
     };
     config.alert_windows.truncate(1);
     let catalog = config.validate().unwrap();
@@ -444,13 +442,13 @@ fn only_samples_inside_the_needed_range_affect_the_report() {
     );
 }
 
-fn catalog_config_with_period(period: &str) -> Vec<SloConfig> {
-    vec![SloConfig {
+fn catalog_config_with_period(period: &str) -> Vec<RawSlo> {
+    vec![RawSlo {
         name: "safety-control".into(),
         description: String::new(),
         objective_percent: 99.9,
         period: period.into(),
-        sli: SliConfig::ControlDeadline(LoopsSli {
+        sli: RawSli::ControlDeadline(LoopsSli {
             loops: vec!["safety".into()],
         }),
     }]

@@ -16,8 +16,9 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
-use edgewatch_queue::{BatchLimits, Queue, QueueConfig, TIERS};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig, TIERS};
 
 /// xorshift64*: reproducible from the seed, no dependency.
 struct Rng(u64);
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         eprintln!("usage: queue-workload <dir> <run> <seed> [budget_bytes] [max_appends]");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_BAD_CONFIG);
     }
     let parse = |i: usize, default: u64| -> Option<u64> {
         args.get(i).map_or(Some(default), |v| v.parse().ok())
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
         parse(5, u64::MAX),
     ) else {
         eprintln!("queue-workload: run, seed, budget_bytes and max_appends must be integers");
-        return ExitCode::from(64);
+        return ExitCode::from(EXIT_BAD_CONFIG);
     };
     match work(&args[1], run, seed, budget, max_appends) {
         Ok(()) => ExitCode::SUCCESS,
@@ -69,7 +70,7 @@ fn work(
     budget: u64,
     max_appends: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = QueueConfig::new(dir);
+    let mut config = RawQueueConfig::new(dir);
     config.budget_bytes = budget;
     config.cache_bytes = 4 * 1024 * 1024;
     config.max_record_bytes = 4096;

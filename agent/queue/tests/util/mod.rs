@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, QueueLoss, Tier, attribute, event::Kind};
-use edgewatch_queue::{BatchLimits, Queue, QueueConfig};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
 use prost::Message;
 
 /// A fixed starting time so tests never read the clock.
@@ -21,8 +21,8 @@ pub fn at_ms(ms: u64) -> SystemTime {
 
 /// A configuration with a budget large enough that nothing is evicted, no age limits and no
 /// offline-window alarm: only what the test does changes the queue.
-pub fn roomy_config(dir: &Path) -> QueueConfig {
-    let mut config = QueueConfig::new(dir);
+pub fn roomy_config(dir: &Path) -> RawQueueConfig {
+    let mut config = RawQueueConfig::new(dir);
     config.cache_bytes = 2 * 1024 * 1024;
     config.budget_bytes = 64 * 1024 * 1024;
     config.max_pending_bytes = 1024 * 1024;
@@ -92,8 +92,8 @@ pub mod ledger;
 pub mod system;
 
 /// The configuration `queue-workload` uses, for opening its queue in the test process.
-pub fn roomy_config_with_budget(dir: &Path, budget: u64) -> QueueConfig {
-    let mut config = QueueConfig::new(dir);
+pub fn roomy_config_with_budget(dir: &Path, budget: u64) -> RawQueueConfig {
+    let mut config = RawQueueConfig::new(dir);
     config.budget_bytes = budget;
     config.cache_bytes = 4 * 1024 * 1024;
     config.max_record_bytes = 4096;

@@ -1,16 +1,22 @@
 //! Configuration of the deadline sampler: the raw `[deadline]` and `[[probe]]` sections as they
-//! appear in the agent's TOML, and the validated form with units in the types.
+//! appear in the agent's TOML ([`RawDeadlineConfig`], [`RawProbeConfig`]), and the validated form
+//! with units in the types ([`DeadlineConfig`], [`ProbeConfig`]).
 //!
 //! Invariants:
 //! - The raw structs do no I/O and refuse unknown keys; every validation error names its key
 //!   (`deadline.poll_hz`, `probe[1].path`) so the agent can exit 64 with it.
 //! - Every default is a named constant with the reason for its value.
+//! - Intervals are duration strings ([`DURATION_KEYS`]); the numbers of seconds or milliseconds
+//!   of older files (`snapshot_interval_s = 10`) still load to the same value, and giving both
+//!   spellings is refused.
 //! - A validated config always satisfies the capacities of the sampler's fixed structures
 //!   (probes, histogram bounds, window misses), so the sampler never has to truncate.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use edgewatch_conventions::config::{ConfigError, RenamedKey, refuse_both_spellings};
+use edgewatch_conventions::duration::{DurationKey, Given, IntegerUnit};
 use serde::Deserialize;
 
 /// Polls per second. The probe design polls at 1–10 Hz. Counters, bursts and latencies come from
@@ -46,6 +52,42 @@ pub const DEFAULT_STALL_MIN_MS: f64 = 100.0;
 pub const DEFAULT_HISTOGRAM_BOUNDS_BUDGET: [f64; 10] =
     [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0];
 
+/// `deadline.snapshot_interval`: at least a millisecond (and one poll), at most an hour.
+pub const SNAPSHOT_INTERVAL: DurationKey = DurationKey::new(
+    "deadline.snapshot_interval",
+    Duration::from_millis(1),
+    Duration::from_secs(3_600),
+)
+.replacing("deadline.snapshot_interval_s", IntegerUnit::Seconds);
+/// `deadline.burst_min_interval`: 0 reports every burst, at most an hour.
+pub const BURST_MIN_INTERVAL: DurationKey = DurationKey::new(
+    "deadline.burst_min_interval",
+    Duration::ZERO,
+    Duration::from_secs(3_600),
+)
+.replacing("deadline.burst_min_interval_s", IntegerUnit::Seconds);
+/// `deadline.status_min_interval`: 0 reports every anomaly, at most an hour.
+pub const STATUS_MIN_INTERVAL: DurationKey = DurationKey::new(
+    "deadline.status_min_interval",
+    Duration::ZERO,
+    Duration::from_secs(3_600),
+)
+.replacing("deadline.status_min_interval_s", IntegerUnit::Seconds);
+/// `deadline.stall_min`: at most a minute.
+pub const STALL_MIN: DurationKey = DurationKey::new(
+    "deadline.stall_min",
+    Duration::ZERO,
+    Duration::from_secs(60),
+)
+.replacing("deadline.stall_min_ms", IntegerUnit::Milliseconds);
+/// Every duration key of `[deadline]` and `[[probe]]`.
+pub const DURATION_KEYS: [DurationKey; 4] = [
+    SNAPSHOT_INTERVAL,
+    BURST_MIN_INTERVAL,
+    STATUS_MIN_INTERVAL,
+    STALL_MIN,
+];
+
 /// Most probes one agent samples (loops per machine are at most 5 in the series budget).
 pub const MAX_PROBES: usize = 16;
 /// Most finite histogram buckets.
@@ -56,10 +98,12 @@ pub const MAX_WINDOW_MISSES: usize = 64;
 /// The `[deadline]` section as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDeadlineSection {
+pub struct RawDeadlineConfig {
     /// Polls per second (default [`DEFAULT_POLL_HZ`]).
     pub poll_hz: Option<f64>,
-    /// Seconds between SLO snapshots (default [`DEFAULT_SNAPSHOT_INTERVAL_S`]).
+    /// Time between SLO snapshots, e.g. `"10s"` (default [`DEFAULT_SNAPSHOT_INTERVAL_S`]).
+    pub snapshot_interval: Option<String>,
+    /// Deprecated spelling of `snapshot_interval`: seconds.
     pub snapshot_interval_s: Option<f64>,
     /// Consecutive misses that make a burst.
     pub burst_consecutive: Option<u32>,
@@ -67,11 +111,17 @@ pub struct RawDeadlineSection {
     pub burst_window_cycles: Option<u32>,
     /// Misses within the window that make a burst.
     pub burst_window_misses: Option<u32>,
-    /// Seconds between burst reports per loop and rule.
+    /// Least time between burst reports per loop and rule, e.g. `"1s"`.
+    pub burst_min_interval: Option<String>,
+    /// Deprecated spelling of `burst_min_interval`: seconds.
     pub burst_min_interval_s: Option<f64>,
-    /// Seconds between anomaly / overrun reports per probe.
+    /// Least time between anomaly / overrun reports per probe, e.g. `"10s"`.
+    pub status_min_interval: Option<String>,
+    /// Deprecated spelling of `status_min_interval`: seconds.
     pub status_min_interval_s: Option<f64>,
-    /// Shortest heartbeat gap reported as a stall, ms.
+    /// Shortest heartbeat gap reported as a stall, e.g. `"100ms"`.
+    pub stall_min: Option<String>,
+    /// Deprecated spelling of `stall_min`: milliseconds.
     pub stall_min_ms: Option<f64>,
     /// Absolute response-time bucket bounds, ms (exclusive with `histogram_bounds_budget`).
     pub histogram_bounds_ms: Option<Vec<f64>>,
@@ -82,7 +132,7 @@ pub struct RawDeadlineSection {
 /// One `[[probe]]` entry as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProbeSection {
+pub struct RawProbeConfig {
     /// Probe file, e.g. `/dev/shm/edgewatch-loop-1.probe`.
     pub path: Option<PathBuf>,
     /// Expected loop name; a probe announcing another name is an anomaly and is not sampled.
@@ -103,21 +153,8 @@ pub struct RawProbeSection {
     pub histogram_bounds_budget: Option<Vec<f64>>,
 }
 
-/// A configuration value the sampler cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {key}: {reason}")]
-pub struct ConfigError {
-    /// The key, e.g. `deadline.poll_hz` or `probe[0].path`.
-    pub key: String,
-    /// What it must be.
-    pub reason: String,
-}
-
 fn bad(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        reason: reason.into(),
-    }
+    ConfigError::new(key, reason)
 }
 
 /// The burst rules of one loop.
@@ -197,18 +234,50 @@ pub struct DeadlineConfig {
     pub probes: Vec<ProbeConfig>,
 }
 
-fn seconds(
-    key: &str,
-    v: Option<f64>,
-    default: f64,
-    min: f64,
-    max: f64,
-) -> Result<Duration, ConfigError> {
-    let v = v.unwrap_or(default);
-    if !(v.is_finite() && v >= min && v <= max) {
-        return Err(bad(key, format!("must be a number from {min} to {max}")));
+/// One interval: the duration string under `key`, else the deprecated number under the key it
+/// replaced (seconds or milliseconds, fractions allowed, checked against the same bounds in that
+/// unit), else `default`; both spellings are refused.
+fn interval(
+    key: &DurationKey,
+    text: Option<&str>,
+    number: Option<f64>,
+    default: Duration,
+) -> Result<Given, ConfigError> {
+    if let Some(renamed) = key.renamed() {
+        refuse_both_spellings(renamed, text.is_some(), number.is_some())?;
     }
-    Ok(Duration::from_secs_f64(v))
+    if let Some(text) = text {
+        return Ok(Given {
+            value: key.parse(text)?,
+            key: key.name,
+        });
+    }
+    match (number, key.replaces) {
+        (Some(v), Some(old)) => {
+            let per_second = match old.unit {
+                IntegerUnit::Seconds => 1.0,
+                IntegerUnit::Milliseconds => 1000.0,
+            };
+            let (min, max) = (
+                key.min.as_secs_f64() * per_second,
+                key.max.as_secs_f64() * per_second,
+            );
+            if !(v.is_finite() && v >= min && v <= max) {
+                return Err(bad(
+                    old.name,
+                    format!("must be a number from {min} to {max}"),
+                ));
+            }
+            Ok(Given {
+                value: Duration::from_secs_f64(v / per_second),
+                key: old.name,
+            })
+        }
+        _ => Ok(Given {
+            value: default,
+            key: key.name,
+        }),
+    }
 }
 
 fn count(key: &str, v: Option<u32>, default: u32, min: u32, max: u32) -> Result<u32, ConfigError> {
@@ -265,18 +334,32 @@ fn bounds(
     }
 }
 
-impl RawDeadlineSection {
+impl RawDeadlineConfig {
     /// Validates this section with the `[[probe]]` list; errors name their key.
-    pub fn validate(&self, probes: &[RawProbeSection]) -> Result<DeadlineConfig, ConfigError> {
+    pub fn validate(&self, probes: &[RawProbeConfig]) -> Result<DeadlineConfig, ConfigError> {
         DeadlineConfig::from_raw(self, probes)
+    }
+
+    /// The deprecated keys this section uses.
+    pub fn renamed_keys(&self) -> Vec<RenamedKey> {
+        [
+            (SNAPSHOT_INTERVAL, self.snapshot_interval_s.is_some()),
+            (BURST_MIN_INTERVAL, self.burst_min_interval_s.is_some()),
+            (STATUS_MIN_INTERVAL, self.status_min_interval_s.is_some()),
+            (STALL_MIN, self.stall_min_ms.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, used)| *used)
+        .filter_map(|(key, _)| key.renamed())
+        .collect()
     }
 }
 
 impl DeadlineConfig {
     /// Validates the `[deadline]` section and the `[[probe]]` list.
     pub fn from_raw(
-        deadline: &RawDeadlineSection,
-        probes: &[RawProbeSection],
+        deadline: &RawDeadlineConfig,
+        probes: &[RawProbeConfig],
     ) -> Result<DeadlineConfig, ConfigError> {
         let d = deadline;
         let poll_hz = d.poll_hz.unwrap_or(DEFAULT_POLL_HZ);
@@ -287,41 +370,40 @@ impl DeadlineConfig {
             ));
         }
         let poll_interval = Duration::from_secs_f64(1.0 / poll_hz);
-        let snapshot_interval = seconds(
-            "deadline.snapshot_interval_s",
+        let snapshot = interval(
+            &SNAPSHOT_INTERVAL,
+            d.snapshot_interval.as_deref(),
             d.snapshot_interval_s,
-            DEFAULT_SNAPSHOT_INTERVAL_S,
-            0.001,
-            3600.0,
+            Duration::from_secs_f64(DEFAULT_SNAPSHOT_INTERVAL_S),
         )?;
-        if snapshot_interval < poll_interval {
+        if snapshot.value < poll_interval {
             return Err(bad(
-                "deadline.snapshot_interval_s",
+                snapshot.key,
                 "must not be shorter than one poll (1 / deadline.poll_hz)",
             ));
         }
-        let burst_min_interval = seconds(
-            "deadline.burst_min_interval_s",
+        let snapshot_interval = snapshot.value;
+        let burst_min_interval = interval(
+            &BURST_MIN_INTERVAL,
+            d.burst_min_interval.as_deref(),
             d.burst_min_interval_s,
-            DEFAULT_BURST_MIN_INTERVAL_S,
-            0.0,
-            3600.0,
-        )?;
-        let status_min_interval = seconds(
-            "deadline.status_min_interval_s",
+            Duration::from_secs_f64(DEFAULT_BURST_MIN_INTERVAL_S),
+        )?
+        .value;
+        let status_min_interval = interval(
+            &STATUS_MIN_INTERVAL,
+            d.status_min_interval.as_deref(),
             d.status_min_interval_s,
-            DEFAULT_STATUS_MIN_INTERVAL_S,
-            0.0,
-            3600.0,
-        )?;
-        let stall_min = seconds(
-            "deadline.stall_min_ms",
-            d.stall_min_ms.map(|ms| ms / 1000.0),
-            DEFAULT_STALL_MIN_MS / 1000.0,
-            0.0,
-            60.0,
-        )
-        .map_err(|e| bad(e.key, "must be a number from 0 to 60000"))?;
+            Duration::from_secs_f64(DEFAULT_STATUS_MIN_INTERVAL_S),
+        )?
+        .value;
+        let stall_min = interval(
+            &STALL_MIN,
+            d.stall_min.as_deref(),
+            d.stall_min_ms,
+            Duration::from_secs_f64(DEFAULT_STALL_MIN_MS / 1000.0),
+        )?
+        .value;
         let base = BurstRules {
             consecutive: count(
                 "deadline.burst_consecutive",
@@ -457,9 +539,9 @@ mod tests {
     #[serde(deny_unknown_fields)]
     struct AgentToml {
         #[serde(default)]
-        deadline: RawDeadlineSection,
+        deadline: RawDeadlineConfig,
         #[serde(default)]
-        probe: Vec<RawProbeSection>,
+        probe: Vec<RawProbeConfig>,
     }
 
     fn parse(text: &str) -> Result<DeadlineConfig, ConfigError> {

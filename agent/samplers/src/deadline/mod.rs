@@ -40,8 +40,7 @@ use edgewatch_proto::v1::{self, ModelVersion};
 use loop_probe::{AutonomyMode, Liveness, OpenError, PollError, ProbeReader, RestartReason};
 
 pub use config::{
-    BurstRules, ConfigError, DeadlineConfig, HistogramBounds, ProbeConfig, RawDeadlineSection,
-    RawProbeSection,
+    BurstRules, DeadlineConfig, HistogramBounds, ProbeConfig, RawDeadlineConfig, RawProbeConfig,
 };
 use emit::Emitter;
 pub use tracker::{LoopCounts, LoopState};

@@ -30,6 +30,7 @@ pub mod manifest;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use edgewatch_conventions::config::ConfigError;
 use edgewatch_proto::v1::{Event, ModelSource, ModelVersion, Tier, event::Kind};
 use serde::Deserialize;
 
@@ -49,7 +50,7 @@ pub(crate) const MODEL_STRING_CAPACITY: usize = 64;
 /// The `[model]` section as written.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawModelSection {
+pub struct RawModelConfig {
     /// Manifest path (optional: without it only probe slots identify models).
     pub manifest: Option<PathBuf>,
     /// MiB of engine hashed per tick (default [`DEFAULT_HASH_STEP_MIB`]).
@@ -65,18 +66,7 @@ pub struct ModelConfig {
     pub hash_step_bytes: u64,
 }
 
-/// A `[model]` value the watcher cannot use. The same shape as the deadline section's error, kept
-/// here so that the model module does not depend on the deadline sampler (which depends on it).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {key}: {reason}")]
-pub struct ConfigError {
-    /// The key, e.g. `model.hash_step_mib`.
-    pub key: String,
-    /// What it must be.
-    pub reason: String,
-}
-
-impl RawModelSection {
+impl RawModelConfig {
     /// Validates this section; `None` when no manifest is configured. Errors name their key.
     pub fn validate(&self) -> Result<Option<ModelConfig>, ConfigError> {
         ModelConfig::from_raw(self)
@@ -85,22 +75,19 @@ impl RawModelSection {
 
 impl ModelConfig {
     /// Validates `[model]`; `None` when no manifest is configured.
-    pub fn from_raw(raw: &RawModelSection) -> Result<Option<ModelConfig>, ConfigError> {
+    pub fn from_raw(raw: &RawModelConfig) -> Result<Option<ModelConfig>, ConfigError> {
         let step = raw.hash_step_mib.unwrap_or(DEFAULT_HASH_STEP_MIB);
         if !(step.is_finite() && (0.0625..=1024.0).contains(&step)) {
-            return Err(ConfigError {
-                key: "model.hash_step_mib".into(),
-                reason: "must be a number from 0.0625 to 1024".into(),
-            });
+            return Err(ConfigError::new(
+                "model.hash_step_mib",
+                "must be a number from 0.0625 to 1024",
+            ));
         }
         let Some(manifest) = &raw.manifest else {
             return Ok(None);
         };
         if manifest.as_os_str().is_empty() {
-            return Err(ConfigError {
-                key: "model.manifest".into(),
-                reason: "must not be empty".into(),
-            });
+            return Err(ConfigError::new("model.manifest", "must not be empty"));
         }
         Ok(Some(ModelConfig {
             manifest: manifest.clone(),
@@ -616,21 +603,21 @@ mod tests {
 
     #[test]
     fn the_model_section_names_its_bad_keys() {
-        let e = RawModelSection {
+        let e = RawModelConfig {
             manifest: Some(PathBuf::from("/m.json")),
             hash_step_mib: Some(0.0),
         }
         .validate()
         .unwrap_err();
         assert_eq!(e.key, "model.hash_step_mib");
-        let e = RawModelSection {
+        let e = RawModelConfig {
             manifest: Some(PathBuf::new()),
             hash_step_mib: None,
         }
         .validate()
         .unwrap_err();
         assert_eq!(e.key, "model.manifest");
-        let c = RawModelSection {
+        let c = RawModelConfig {
             manifest: Some(PathBuf::from("/m.json")),
             hash_step_mib: None,
         }
@@ -638,7 +625,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(c.hash_step_bytes, 4 << 20);
-        assert_eq!(RawModelSection::default().validate().unwrap(), None);
+        assert_eq!(RawModelConfig::default().validate().unwrap(), None);
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Configuration of the thermal and power sampler: the raw `[thermal]` table the agent embeds in
-//! its TOML file, and the validated form the sampler and its shells are built from.
+//! its TOML file ([`RawThermalConfig`]), and the validated form the sampler and its shells are
+//! built from ([`ThermalConfig`]).
 //!
 //! Invariants:
-//! - Unknown keys are refused ([`ThermalConfigRaw`] denies them); a missing `[thermal]` table or
+//! - Unknown keys are refused ([`RawThermalConfig`] denies them); a missing `[thermal]` table or
 //!   key takes the named default constant below, whose doc says why it has that value.
-//! - [`ThermalConfigRaw::validate`] does no I/O and every [`ThermalConfigError`] names the key,
-//!   as the agent spells it (`thermal.poll_interval_ms`), so the agent can exit with status 64.
+//! - [`ThermalConfig::from_raw`] does no I/O and every error names the key as the agent's file
+//!   spells it (`thermal.poll_interval`), so the agent can exit with status 64.
+//! - Periods are duration strings ([`DURATION_KEYS`]); the integer `_ms`/`_s` keys of older files
+//!   still load to the same value, and giving both spellings is refused.
 //! - The validated form carries units in its types (`Duration`, kHz) and has passed every
 //!   cross-field check: nothing downstream re-validates.
 
@@ -13,6 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use edgewatch_conventions::config::{ConfigError, RenamedKey};
+use edgewatch_conventions::duration::{self, DurationKey, Given, IntegerUnit};
 use serde::Deserialize;
 
 /// Where JetPack installs tegrastats.
@@ -67,133 +72,230 @@ pub const DEFAULT_MAX_GAP_MS: u64 = 5_000;
 /// (Orin), gpu-gpc-0 (Thor), gv11b (Xavier), gp10b (TX2), gb10b (Thor, older kernels).
 pub const DEFAULT_GPU_OF_NODE_NAMES: &[&str] = &["ga10b", "gpu-gpc-0", "gv11b", "gp10b", "gb10b"];
 
-/// A `[thermal]` value the sampler cannot run with. [`ThermalConfigError::key`] names the key.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ThermalConfigError {
-    /// A number is outside its allowed range.
-    #[error("key `{key}`: {value} is out of range ({expected})")]
-    OutOfRange {
-        /// Dotted key, e.g. `thermal.interval_ms`.
-        key: String,
-        /// The value as configured.
-        value: String,
-        /// The allowed range, in words.
-        expected: &'static str,
-    },
-    /// A value is malformed, missing where another key needs it, or conflicts with another key.
-    #[error("key `{key}`: {problem}")]
-    Invalid {
-        /// Dotted key.
-        key: String,
-        /// What is wrong.
-        problem: String,
-    },
+/// `thermal.interval`: tegrastats' own sampling interval.
+pub const INTERVAL: DurationKey = DurationKey::new(
+    "thermal.interval",
+    Duration::from_millis(MIN_INTERVAL_MS),
+    Duration::from_millis(MAX_INTERVAL_MS),
+)
+.replacing("thermal.interval_ms", IntegerUnit::Milliseconds);
+/// `thermal.restart_backoff_min`: the first restart delay, at most an hour.
+pub const RESTART_BACKOFF_MIN: DurationKey = DurationKey::new(
+    "thermal.restart_backoff_min",
+    Duration::from_millis(1),
+    Duration::from_secs(3_600),
+)
+.replacing("thermal.restart_backoff_min_ms", IntegerUnit::Milliseconds);
+/// `thermal.restart_backoff_max`: the longest restart delay, at least the first one.
+pub const RESTART_BACKOFF_MAX: DurationKey = DurationKey::new(
+    "thermal.restart_backoff_max",
+    Duration::from_millis(1),
+    Duration::from_secs(3_600),
+)
+.replacing("thermal.restart_backoff_max_ms", IntegerUnit::Milliseconds);
+/// `thermal.poll_interval`: the period of sysfs reads.
+pub const POLL_INTERVAL: DurationKey = DurationKey::new(
+    "thermal.poll_interval",
+    Duration::from_millis(MIN_POLL_INTERVAL_MS),
+    Duration::from_millis(MAX_POLL_INTERVAL_MS),
+)
+.replacing("thermal.poll_interval_ms", IntegerUnit::Milliseconds);
+/// `thermal.counters_interval`: the period of the cumulative counters.
+pub const COUNTERS_INTERVAL: DurationKey = DurationKey::new(
+    "thermal.counters_interval",
+    Duration::from_secs(1),
+    Duration::from_secs(MAX_COUNTERS_INTERVAL_S),
+)
+.replacing("thermal.counters_interval_s", IntegerUnit::Seconds);
+/// `thermal.debug_sample_min_interval`: 0 (no spacing) to a day.
+pub const DEBUG_SAMPLE_MIN_INTERVAL: DurationKey = DurationKey::new(
+    "thermal.debug_sample_min_interval",
+    Duration::ZERO,
+    Duration::from_secs(86_400),
+)
+.replacing(
+    "thermal.debug_sample_min_interval_ms",
+    IntegerUnit::Milliseconds,
+);
+/// `thermal.oc_hold`: how long an over-current increment counts as throttled.
+pub const OC_HOLD: DurationKey = DurationKey::new(
+    "thermal.oc_hold",
+    Duration::from_millis(1),
+    Duration::from_secs(3_600),
+)
+.replacing("thermal.oc_hold_ms", IntegerUnit::Milliseconds);
+/// `thermal.oc_report_interval`: a second to a day.
+pub const OC_REPORT_INTERVAL: DurationKey = DurationKey::new(
+    "thermal.oc_report_interval",
+    Duration::from_secs(1),
+    Duration::from_secs(86_400),
+)
+.replacing("thermal.oc_report_interval_s", IntegerUnit::Seconds);
+/// `thermal.max_gap`: at least twice the shortest period either source may have, at most an
+/// hour (and at least twice `interval` and `poll_interval` as configured).
+pub const MAX_GAP: DurationKey = DurationKey::new(
+    "thermal.max_gap",
+    Duration::from_millis(2 * MIN_INTERVAL_MS),
+    Duration::from_secs(3_600),
+)
+.replacing("thermal.max_gap_ms", IntegerUnit::Milliseconds);
+/// Every duration key of `[thermal]`.
+pub const DURATION_KEYS: [DurationKey; 9] = [
+    INTERVAL,
+    RESTART_BACKOFF_MIN,
+    RESTART_BACKOFF_MAX,
+    POLL_INTERVAL,
+    COUNTERS_INTERVAL,
+    DEBUG_SAMPLE_MIN_INTERVAL,
+    OC_HOLD,
+    OC_REPORT_INTERVAL,
+    MAX_GAP,
+];
+
+/// `key` of `[thermal]` out of its range.
+fn out_of_range(key: &str, value: impl ToString, expected: &str) -> ConfigError {
+    ConfigError::new(
+        format!("thermal.{key}"),
+        format!("{} is out of range ({expected})", value.to_string()),
+    )
 }
 
-impl ThermalConfigError {
-    /// The dotted key the error is about.
-    pub fn key(&self) -> &str {
-        match self {
-            Self::OutOfRange { key, .. } | Self::Invalid { key, .. } => key,
-        }
-    }
-
-    fn range(key: &str, value: impl ToString, expected: &'static str) -> Self {
-        Self::OutOfRange {
-            key: format!("thermal.{key}"),
-            value: value.to_string(),
-            expected,
-        }
-    }
-
-    fn invalid(key: &str, problem: impl Into<String>) -> Self {
-        Self::Invalid {
-            key: format!("thermal.{key}"),
-            problem: problem.into(),
-        }
-    }
+/// `key` of `[thermal]` malformed, missing where another key needs it, or in conflict with one.
+fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::new(format!("thermal.{key}"), problem)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raw form: mirrors the `[thermal]` table.
 
 /// The `[thermal]` table as written. Embed it in the agent's config with `#[serde(default)]`;
-/// every key is optional. See `docs/configuration.md`, "Agent: thermal".
+/// every key is optional. See `docs/configuration.md`, "Agent: thermal". A duration key absent
+/// from the file is `None` and takes its default in validation; a deprecated integer key is
+/// `None` unless the file uses it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ThermalConfigRaw {
+pub struct RawThermalConfig {
     /// Run (or replay) tegrastats at all; sysfs sampling runs either way.
     pub tegrastats_enabled: bool,
     /// The tegrastats program.
     pub tegrastats: PathBuf,
-    /// `tegrastats --interval`, and the spacing of replayed lines, in ms.
-    pub interval_ms: u64,
+    /// `tegrastats --interval`, and the spacing of replayed lines, e.g. `"1s"`.
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// Deprecated spelling of `interval`: ms.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
     /// Replay this capture file instead of running tegrastats.
     pub replay: Option<PathBuf>,
     /// Replay speed factor (2.0 = twice as fast as captured).
     pub replay_speed: f64,
     /// Start the capture over at its end.
     pub replay_loop: bool,
-    /// First delay before restarting an exited tegrastats, ms.
-    pub restart_backoff_min_ms: u64,
-    /// Longest delay between restarts, ms.
-    pub restart_backoff_max_ms: u64,
+    /// First delay before restarting an exited tegrastats.
+    #[serde(default)]
+    pub restart_backoff_min: Option<String>,
+    /// Deprecated spelling of `restart_backoff_min`: ms.
+    #[serde(default)]
+    pub restart_backoff_min_ms: Option<u64>,
+    /// Longest delay between restarts.
+    #[serde(default)]
+    pub restart_backoff_max: Option<String>,
+    /// Deprecated spelling of `restart_backoff_max`: ms.
+    #[serde(default)]
+    pub restart_backoff_max_ms: Option<u64>,
     /// Root under which `/sys/...` and `/var/lib/nvpmodel/status` are read.
     pub sysfs_root: PathBuf,
-    /// Period of sysfs reads (thermal zones, cpufreq, devfreq, over-current counters), ms.
-    pub poll_interval_ms: u64,
+    /// Period of sysfs reads (thermal zones, cpufreq, devfreq, over-current counters).
+    #[serde(default)]
+    pub poll_interval: Option<String>,
+    /// Deprecated spelling of `poll_interval`: ms.
+    #[serde(default)]
+    pub poll_interval_ms: Option<u64>,
     /// The GPU's directory name under `/sys/class/devfreq` (e.g. `17000000.gpu`); found by
     /// device-tree name when absent.
     pub gpu_devfreq: Option<String>,
-    /// Period of `ThrottleCounters` and `EnergyCounters`, s.
-    pub counters_interval_s: u64,
+    /// Period of `ThrottleCounters` and `EnergyCounters`.
+    #[serde(default)]
+    pub counters_interval: Option<String>,
+    /// Deprecated spelling of `counters_interval`: s.
+    #[serde(default)]
+    pub counters_interval_s: Option<u64>,
     /// Emit one raw `ThermalSample` in this many tegrastats samples; 0 emits none.
     pub debug_sample_every: u32,
-    /// And at least this far apart, ms.
-    pub debug_sample_min_interval_ms: u64,
-    /// How long an over-current increment counts as throttled, ms.
-    pub oc_hold_ms: u64,
-    /// Least spacing of `OverCurrent` reports per channel during an episode, s.
-    pub oc_report_interval_s: u64,
+    /// And at least this far apart.
+    #[serde(default)]
+    pub debug_sample_min_interval: Option<String>,
+    /// Deprecated spelling of `debug_sample_min_interval`: ms.
+    #[serde(default)]
+    pub debug_sample_min_interval_ms: Option<u64>,
+    /// How long an over-current increment counts as throttled.
+    #[serde(default)]
+    pub oc_hold: Option<String>,
+    /// Deprecated spelling of `oc_hold`: ms.
+    #[serde(default)]
+    pub oc_hold_ms: Option<u64>,
+    /// Least spacing of `OverCurrent` reports per channel during an episode.
+    #[serde(default)]
+    pub oc_report_interval: Option<String>,
+    /// Deprecated spelling of `oc_report_interval`: s.
+    #[serde(default)]
+    pub oc_report_interval_s: Option<u64>,
     /// Least hysteresis below a trip temperature before it counts as left, °C.
     pub trip_hysteresis_celsius: f64,
     /// How far below the nominal maximum a frequency cap must be to count, MHz.
     pub cap_tolerance_mhz: u32,
-    /// Longest interval between samples that is still integrated and counted, ms.
-    pub max_gap_ms: u64,
+    /// Longest interval between samples that is still integrated and counted.
+    #[serde(default)]
+    pub max_gap: Option<String>,
+    /// Deprecated spelling of `max_gap`: ms.
+    #[serde(default)]
+    pub max_gap_ms: Option<u64>,
     /// Nominal maximum clocks for power modes without their own entry.
-    pub nominal_max_mhz: NominalMaxRaw,
+    pub nominal_max_mhz: RawNominalMax,
     /// Nominal maximum clocks per nvpmodel power mode id (the `N` of `pmode:000N`).
-    pub power_mode_nominal_max_mhz: BTreeMap<String, NominalMaxRaw>,
+    pub power_mode_nominal_max_mhz: BTreeMap<String, RawNominalMax>,
     /// Component a thermal zone's trips throttle, by zone name (overrides the naming rule).
     pub zone_components: BTreeMap<String, ZoneComponent>,
     /// Rail power read from sysfs (INA3221/INA238 hwmon), integrated like tegrastats rails.
-    pub power_input: Vec<PowerInputRaw>,
+    pub power_input: Vec<RawPowerInput>,
 }
 
-impl Default for ThermalConfigRaw {
+impl Default for RawThermalConfig {
+    /// Every key at its default, spelled out as the documentation's example writes it (the
+    /// duration keys in their current spelling, no deprecated key).
     fn default() -> Self {
+        let ms = |ms: u64| Some(duration::format(Duration::from_millis(ms)));
+        let s = |s: u64| Some(duration::format(Duration::from_secs(s)));
         Self {
             tegrastats_enabled: true,
             tegrastats: PathBuf::from(DEFAULT_TEGRASTATS_PATH),
-            interval_ms: DEFAULT_INTERVAL_MS,
+            interval: ms(DEFAULT_INTERVAL_MS),
+            interval_ms: None,
             replay: None,
             replay_speed: DEFAULT_REPLAY_SPEED,
             replay_loop: false,
-            restart_backoff_min_ms: DEFAULT_RESTART_BACKOFF_MIN_MS,
-            restart_backoff_max_ms: DEFAULT_RESTART_BACKOFF_MAX_MS,
+            restart_backoff_min: ms(DEFAULT_RESTART_BACKOFF_MIN_MS),
+            restart_backoff_min_ms: None,
+            restart_backoff_max: ms(DEFAULT_RESTART_BACKOFF_MAX_MS),
+            restart_backoff_max_ms: None,
             sysfs_root: PathBuf::from(DEFAULT_SYSFS_ROOT),
-            poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
+            poll_interval: ms(DEFAULT_POLL_INTERVAL_MS),
+            poll_interval_ms: None,
             gpu_devfreq: None,
-            counters_interval_s: DEFAULT_COUNTERS_INTERVAL_S,
+            counters_interval: s(DEFAULT_COUNTERS_INTERVAL_S),
+            counters_interval_s: None,
             debug_sample_every: DEFAULT_DEBUG_SAMPLE_EVERY,
-            debug_sample_min_interval_ms: DEFAULT_DEBUG_SAMPLE_MIN_INTERVAL_MS,
-            oc_hold_ms: DEFAULT_OC_HOLD_MS,
-            oc_report_interval_s: DEFAULT_OC_REPORT_INTERVAL_S,
+            debug_sample_min_interval: ms(DEFAULT_DEBUG_SAMPLE_MIN_INTERVAL_MS),
+            debug_sample_min_interval_ms: None,
+            oc_hold: ms(DEFAULT_OC_HOLD_MS),
+            oc_hold_ms: None,
+            oc_report_interval: s(DEFAULT_OC_REPORT_INTERVAL_S),
+            oc_report_interval_s: None,
             trip_hysteresis_celsius: DEFAULT_TRIP_HYSTERESIS_CELSIUS,
             cap_tolerance_mhz: DEFAULT_CAP_TOLERANCE_MHZ,
-            max_gap_ms: DEFAULT_MAX_GAP_MS,
-            nominal_max_mhz: NominalMaxRaw::default(),
+            max_gap: ms(DEFAULT_MAX_GAP_MS),
+            max_gap_ms: None,
+            nominal_max_mhz: RawNominalMax::default(),
             power_mode_nominal_max_mhz: BTreeMap::new(),
             zone_components: BTreeMap::new(),
             power_input: Vec::new(),
@@ -205,7 +307,7 @@ impl Default for ThermalConfigRaw {
 /// [`NominalMax`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NominalMaxRaw {
+pub struct RawNominalMax {
     /// CPU clusters.
     pub cpu: Option<u32>,
     /// GPU.
@@ -230,7 +332,7 @@ pub enum ZoneComponent {
 /// `millivolts` and `milliamps`. Paths are as on the target and read under `sysfs_root`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PowerInputRaw {
+pub struct RawPowerInput {
     /// Rail name in `EnergyCounters`, e.g. `VDD_IN`.
     pub rail: String,
     /// A file holding power in µW (hwmon `power*_input`).
@@ -390,7 +492,7 @@ pub struct DebugSampleConfig {
 impl Default for ThermalConfig {
     fn default() -> Self {
         // The defaults are valid by construction; a test keeps it so.
-        match ThermalConfigRaw::default().validate() {
+        match ThermalConfig::from_raw(&RawThermalConfig::default()) {
             Ok(config) => config,
             Err(error) => unreachable!("the default thermal configuration is invalid: {error}"),
         }
@@ -403,19 +505,19 @@ fn check_range(
     min: u64,
     max: u64,
     expected: &'static str,
-) -> Result<(), ThermalConfigError> {
+) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ThermalConfigError::range(key, value, expected))
+        Err(out_of_range(key, value, expected))
     }
 }
 
-fn check_absolute(key: &str, path: &Path) -> Result<(), ThermalConfigError> {
+fn check_absolute(key: &str, path: &Path) -> Result<(), ConfigError> {
     if path.is_absolute() {
         Ok(())
     } else {
-        Err(ThermalConfigError::invalid(
+        Err(invalid(
             key,
             format!(
                 "`{}` must be an absolute path as on the target (it is read under sysfs_root)",
@@ -425,141 +527,208 @@ fn check_absolute(key: &str, path: &Path) -> Result<(), ThermalConfigError> {
     }
 }
 
-impl ThermalConfigRaw {
-    /// Checks every value and cross-field rule, and builds the typed configuration.
+/// The value of one duration key, under either spelling, or `default`.
+fn resolve(
+    key: &DurationKey,
+    text: Option<&String>,
+    integer: Option<u64>,
+    default: Duration,
+) -> Result<Given, ConfigError> {
+    Ok(key
+        .resolve(text.map(String::as_str), integer)?
+        .unwrap_or(Given {
+            value: default,
+            key: key.name,
+        }))
+}
+
+impl RawThermalConfig {
+    /// Checks every value and cross-field rule, and builds the typed configuration:
+    /// [`ThermalConfig::from_raw`].
     ///
     /// # Errors
     ///
-    /// The first [`ThermalConfigError`] found, naming its key.
-    pub fn validate(&self) -> Result<ThermalConfig, ThermalConfigError> {
-        check_range(
-            "interval_ms",
-            self.interval_ms,
-            MIN_INTERVAL_MS,
-            MAX_INTERVAL_MS,
-            "100 to 60000",
+    /// The first value refused, naming its key.
+    pub fn validate(&self) -> Result<ThermalConfig, ConfigError> {
+        ThermalConfig::from_raw(self)
+    }
+
+    /// The deprecated keys this table uses.
+    pub fn renamed_keys(&self) -> Vec<RenamedKey> {
+        [
+            (INTERVAL, self.interval_ms.is_some()),
+            (RESTART_BACKOFF_MIN, self.restart_backoff_min_ms.is_some()),
+            (RESTART_BACKOFF_MAX, self.restart_backoff_max_ms.is_some()),
+            (POLL_INTERVAL, self.poll_interval_ms.is_some()),
+            (COUNTERS_INTERVAL, self.counters_interval_s.is_some()),
+            (
+                DEBUG_SAMPLE_MIN_INTERVAL,
+                self.debug_sample_min_interval_ms.is_some(),
+            ),
+            (OC_HOLD, self.oc_hold_ms.is_some()),
+            (OC_REPORT_INTERVAL, self.oc_report_interval_s.is_some()),
+            (MAX_GAP, self.max_gap_ms.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, used)| *used)
+        .filter_map(|(key, _)| key.renamed())
+        .collect()
+    }
+}
+
+impl ThermalConfig {
+    /// Checks every value and cross-field rule of `raw`, and builds the typed configuration.
+    ///
+    /// # Errors
+    ///
+    /// The first value refused, naming its key.
+    pub fn from_raw(raw: &RawThermalConfig) -> Result<ThermalConfig, ConfigError> {
+        let ms = Duration::from_millis;
+        let interval = resolve(
+            &INTERVAL,
+            raw.interval.as_ref(),
+            raw.interval_ms,
+            ms(DEFAULT_INTERVAL_MS),
         )?;
-        check_range(
-            "poll_interval_ms",
-            self.poll_interval_ms,
-            MIN_POLL_INTERVAL_MS,
-            MAX_POLL_INTERVAL_MS,
-            "100 to 60000",
+        let poll_interval = resolve(
+            &POLL_INTERVAL,
+            raw.poll_interval.as_ref(),
+            raw.poll_interval_ms,
+            ms(DEFAULT_POLL_INTERVAL_MS),
         )?;
-        check_range(
-            "counters_interval_s",
-            self.counters_interval_s,
-            1,
-            MAX_COUNTERS_INTERVAL_S,
-            "1 to 3600",
+        let counters_interval = resolve(
+            &COUNTERS_INTERVAL,
+            raw.counters_interval.as_ref(),
+            raw.counters_interval_s,
+            Duration::from_secs(DEFAULT_COUNTERS_INTERVAL_S),
         )?;
-        check_range(
-            "restart_backoff_min_ms",
-            self.restart_backoff_min_ms,
-            1,
-            3_600_000,
-            "1 to 3600000",
+        let backoff_min = resolve(
+            &RESTART_BACKOFF_MIN,
+            raw.restart_backoff_min.as_ref(),
+            raw.restart_backoff_min_ms,
+            ms(DEFAULT_RESTART_BACKOFF_MIN_MS),
         )?;
-        check_range(
-            "restart_backoff_max_ms",
-            self.restart_backoff_max_ms,
-            self.restart_backoff_min_ms,
-            3_600_000,
-            "restart_backoff_min_ms to 3600000",
+        let backoff_max = resolve(
+            &RESTART_BACKOFF_MAX,
+            raw.restart_backoff_max.as_ref(),
+            raw.restart_backoff_max_ms,
+            ms(DEFAULT_RESTART_BACKOFF_MAX_MS),
         )?;
-        check_range(
-            "debug_sample_min_interval_ms",
-            self.debug_sample_min_interval_ms,
-            0,
-            86_400_000,
-            "0 to 86400000",
+        if backoff_max.value < backoff_min.value {
+            return Err(ConfigError::new(
+                backoff_max.key,
+                format!(
+                    "{} is shorter than {} ({})",
+                    duration::format(backoff_max.value),
+                    backoff_min.key,
+                    duration::format(backoff_min.value)
+                ),
+            ));
+        }
+        let debug_sample_min_interval = resolve(
+            &DEBUG_SAMPLE_MIN_INTERVAL,
+            raw.debug_sample_min_interval.as_ref(),
+            raw.debug_sample_min_interval_ms,
+            ms(DEFAULT_DEBUG_SAMPLE_MIN_INTERVAL_MS),
         )?;
-        check_range("oc_hold_ms", self.oc_hold_ms, 1, 3_600_000, "1 to 3600000")?;
-        check_range(
-            "oc_report_interval_s",
-            self.oc_report_interval_s,
-            1,
-            86_400,
-            "1 to 86400",
+        let oc_hold = resolve(
+            &OC_HOLD,
+            raw.oc_hold.as_ref(),
+            raw.oc_hold_ms,
+            ms(DEFAULT_OC_HOLD_MS),
+        )?;
+        let oc_report_interval = resolve(
+            &OC_REPORT_INTERVAL,
+            raw.oc_report_interval.as_ref(),
+            raw.oc_report_interval_s,
+            Duration::from_secs(DEFAULT_OC_REPORT_INTERVAL_S),
         )?;
         check_range(
             "cap_tolerance_mhz",
-            u64::from(self.cap_tolerance_mhz),
+            u64::from(raw.cap_tolerance_mhz),
             0,
             1_000,
             "0 to 1000",
         )?;
-        if !(self.trip_hysteresis_celsius.is_finite()
-            && (0.0..=20.0).contains(&self.trip_hysteresis_celsius))
+        if !(raw.trip_hysteresis_celsius.is_finite()
+            && (0.0..=20.0).contains(&raw.trip_hysteresis_celsius))
         {
-            return Err(ThermalConfigError::range(
+            return Err(out_of_range(
                 "trip_hysteresis_celsius",
-                self.trip_hysteresis_celsius,
+                raw.trip_hysteresis_celsius,
                 "0 to 20",
             ));
         }
         // A gap must be longer than the normal spacing of either source, or every interval
         // would be a gap.
-        let longest_period = self.interval_ms.max(self.poll_interval_ms);
-        if self.max_gap_ms < 2 * longest_period || self.max_gap_ms > 3_600_000 {
-            return Err(ThermalConfigError::range(
-                "max_gap_ms",
-                self.max_gap_ms,
-                "at least twice interval_ms and poll_interval_ms, at most 3600000",
+        let max_gap = resolve(
+            &MAX_GAP,
+            raw.max_gap.as_ref(),
+            raw.max_gap_ms,
+            ms(DEFAULT_MAX_GAP_MS),
+        )?;
+        let longest_period = interval.value.max(poll_interval.value);
+        if max_gap.value < 2 * longest_period {
+            return Err(ConfigError::new(
+                max_gap.key,
+                format!(
+                    "{} is shorter than twice {} and {} ({})",
+                    duration::format(max_gap.value),
+                    interval.key,
+                    poll_interval.key,
+                    duration::format(2 * longest_period)
+                ),
             ));
         }
+        let max_gap = max_gap.value;
 
-        let source = self.tegrastats_source()?;
+        let source = raw.tegrastats_source()?;
 
-        let nominal = nominal_max("nominal_max_mhz", self.nominal_max_mhz)?;
+        let nominal = nominal_max("nominal_max_mhz", raw.nominal_max_mhz)?;
         let mut per_power_mode = BTreeMap::new();
-        for (mode, raw) in &self.power_mode_nominal_max_mhz {
+        for (mode, raw_max) in &raw.power_mode_nominal_max_mhz {
             let key = format!("power_mode_nominal_max_mhz.{mode}");
             let id: u32 = mode.parse().map_err(|_| {
-                ThermalConfigError::invalid(
+                invalid(
                     &key,
                     "a power mode is the nvpmodel id, a whole number (`pmode:0002` is 2)",
                 )
             })?;
-            per_power_mode.insert(id, nominal_max(&key, *raw)?);
+            per_power_mode.insert(id, nominal_max(&key, *raw_max)?);
         }
 
-        let mut zone_components = Vec::with_capacity(self.zone_components.len());
-        for (zone, component) in &self.zone_components {
+        let mut zone_components = Vec::with_capacity(raw.zone_components.len());
+        for (zone, component) in &raw.zone_components {
             if zone.trim().is_empty() {
-                return Err(ThermalConfigError::invalid(
-                    "zone_components",
-                    "a zone name is empty",
-                ));
+                return Err(invalid("zone_components", "a zone name is empty"));
             }
             zone_components.push((zone.trim().to_ascii_lowercase(), *component));
         }
 
-        if let Some(name) = &self.gpu_devfreq
+        if let Some(name) = &raw.gpu_devfreq
             && (name.is_empty() || name.contains('/'))
         {
-            return Err(ThermalConfigError::invalid(
+            return Err(invalid(
                 "gpu_devfreq",
                 "must be a directory name under /sys/class/devfreq, e.g. `17000000.gpu`",
             ));
         }
 
-        let power_inputs = self.power_inputs()?;
-        let max_gap = Duration::from_millis(self.max_gap_ms);
+        let power_inputs = raw.power_inputs()?;
 
         Ok(ThermalConfig {
             tegrastats: TegrastatsConfig {
                 source,
-                interval: Duration::from_millis(self.interval_ms),
+                interval: interval.value,
                 backoff: BackoffConfig {
-                    min: Duration::from_millis(self.restart_backoff_min_ms),
-                    max: Duration::from_millis(self.restart_backoff_max_ms),
+                    min: backoff_min.value,
+                    max: backoff_max.value,
                 },
             },
             sysfs: SysfsConfig {
-                root: self.sysfs_root.clone(),
-                poll_interval: Duration::from_millis(self.poll_interval_ms),
-                gpu_devfreq: self.gpu_devfreq.clone(),
+                root: raw.sysfs_root.clone(),
+                poll_interval: poll_interval.value,
+                gpu_devfreq: raw.gpu_devfreq.clone(),
                 gpu_of_node_names: DEFAULT_GPU_OF_NODE_NAMES
                     .iter()
                     .map(|&name| name.to_owned())
@@ -569,26 +738,28 @@ impl ThermalConfigRaw {
             throttle: ThrottleConfig {
                 nominal,
                 per_power_mode,
-                trip_hysteresis_celsius: self.trip_hysteresis_celsius,
-                cap_tolerance_khz: u64::from(self.cap_tolerance_mhz) * 1_000,
-                oc_hold: Duration::from_millis(self.oc_hold_ms),
-                oc_report_interval: Duration::from_secs(self.oc_report_interval_s),
+                trip_hysteresis_celsius: raw.trip_hysteresis_celsius,
+                cap_tolerance_khz: u64::from(raw.cap_tolerance_mhz) * 1_000,
+                oc_hold: oc_hold.value,
+                oc_report_interval: oc_report_interval.value,
                 zone_components,
                 max_gap,
             },
             energy: EnergyConfig { max_gap },
-            counters_interval: Duration::from_secs(self.counters_interval_s),
+            counters_interval: counters_interval.value,
             debug_sample: DebugSampleConfig {
-                every: self.debug_sample_every,
-                min_interval: Duration::from_millis(self.debug_sample_min_interval_ms),
+                every: raw.debug_sample_every,
+                min_interval: debug_sample_min_interval.value,
             },
         })
     }
+}
 
-    fn tegrastats_source(&self) -> Result<TegrastatsSourceConfig, ThermalConfigError> {
+impl RawThermalConfig {
+    fn tegrastats_source(&self) -> Result<TegrastatsSourceConfig, ConfigError> {
         if !self.tegrastats_enabled {
             if self.replay.is_some() {
-                return Err(ThermalConfigError::invalid(
+                return Err(invalid(
                     "replay",
                     "set while thermal.tegrastats_enabled is false",
                 ));
@@ -597,13 +768,13 @@ impl ThermalConfigRaw {
         }
         if let Some(path) = &self.replay {
             if path.as_os_str().is_empty() {
-                return Err(ThermalConfigError::invalid("replay", "is empty"));
+                return Err(invalid("replay", "is empty"));
             }
             if !(self.replay_speed.is_finite()
                 && self.replay_speed > 0.0
                 && self.replay_speed <= 1e6)
             {
-                return Err(ThermalConfigError::range(
+                return Err(out_of_range(
                     "replay_speed",
                     self.replay_speed,
                     "above 0, at most 1000000",
@@ -616,22 +787,22 @@ impl ThermalConfigRaw {
             });
         }
         if self.tegrastats.as_os_str().is_empty() {
-            return Err(ThermalConfigError::invalid("tegrastats", "is empty"));
+            return Err(invalid("tegrastats", "is empty"));
         }
         Ok(TegrastatsSourceConfig::Child {
             program: self.tegrastats.clone(),
         })
     }
 
-    fn power_inputs(&self) -> Result<Vec<PowerInput>, ThermalConfigError> {
+    fn power_inputs(&self) -> Result<Vec<PowerInput>, ConfigError> {
         let mut inputs: Vec<PowerInput> = Vec::with_capacity(self.power_input.len());
         for (i, raw) in self.power_input.iter().enumerate() {
             let key = |field: &str| format!("power_input[{i}].{field}");
             if raw.rail.trim().is_empty() {
-                return Err(ThermalConfigError::invalid(&key("rail"), "is empty"));
+                return Err(invalid(&key("rail"), "is empty"));
             }
             if inputs.iter().any(|input| input.rail == raw.rail) {
-                return Err(ThermalConfigError::invalid(
+                return Err(invalid(
                     &key("rail"),
                     format!("`{}` is configured twice", raw.rail),
                 ));
@@ -650,7 +821,7 @@ impl ThermalConfigRaw {
                     }
                 }
                 _ => {
-                    return Err(ThermalConfigError::invalid(
+                    return Err(invalid(
                         &format!("power_input[{i}]"),
                         "give either power_uw, or both millivolts and milliamps",
                     ));
@@ -665,7 +836,7 @@ impl ThermalConfigRaw {
     }
 }
 
-fn nominal_max(key: &str, raw: NominalMaxRaw) -> Result<NominalMax, ThermalConfigError> {
+fn nominal_max(key: &str, raw: RawNominalMax) -> Result<NominalMax, ConfigError> {
     for (field, value) in [("cpu", raw.cpu), ("gpu", raw.gpu)] {
         if let Some(mhz) = value {
             check_range(
@@ -687,7 +858,7 @@ fn nominal_max(key: &str, raw: NominalMaxRaw) -> Result<NominalMax, ThermalConfi
 mod tests {
     use super::*;
 
-    fn parse(toml_text: &str) -> ThermalConfigRaw {
+    fn parse(toml_text: &str) -> RawThermalConfig {
         toml::from_str(toml_text).unwrap()
     }
 
@@ -712,7 +883,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_by_the_raw_table() {
-        let error = toml::from_str::<ThermalConfigRaw>("poll_interval = 5").unwrap_err();
+        let error = toml::from_str::<RawThermalConfig>("poll_interval = 5").unwrap_err();
         assert!(error.to_string().contains("poll_interval"), "{error}");
     }
 
@@ -836,7 +1007,7 @@ mod tests {
                 .zone_components
                 .contains(&("pmic-die".to_owned(), ZoneComponent::Ignore))
         );
-        assert!(toml::from_str::<ThermalConfigRaw>("[zone_components]\na = \"fan\"").is_err());
+        assert!(toml::from_str::<RawThermalConfig>("[zone_components]\na = \"fan\"").is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! the Jetson's sysfs.
 //!
 //! Layout:
-//! - [`config`]: the `[thermal]` table (`ThermalConfigRaw`), its validation and named defaults.
+//! - [`config`]: the `[thermal]` table (`RawThermalConfig`), its validation and named defaults.
 //! - [`tegrastats`] (I/O shell): `tegrastats` as a restarted child process, or a capture replay.
 //! - [`sysfs`] (I/O shell): thermal zones, cpufreq, GPU devfreq, `soctherm_oc` and configured
 //!   power inputs, kept open and re-read with `pread`.
@@ -22,11 +22,11 @@
 //!
 //! ```no_run
 //! use edgewatch_samplers::thermal::{
-//!     ThermalConfigRaw, ThermalSampler, SysfsReader, TegrastatsSource, clock,
+//!     RawThermalConfig, ThermalSampler, SysfsReader, TegrastatsSource, clock,
 //! };
 //! use edgewatch_samplers::CollectingSink;
 //!
-//! # async fn run(raw: ThermalConfigRaw) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(raw: RawThermalConfig) -> Result<(), Box<dyn std::error::Error>> {
 //! let config = raw.validate()?; // on error: exit 64 naming `error.key()`
 //! let mut reader = SysfsReader::open(&config.sysfs)?;
 //! let mut source = TegrastatsSource::new(&config.tegrastats)?;
@@ -64,7 +64,7 @@ pub mod sysfs;
 pub mod tegrastats;
 pub mod throttle;
 
-pub use config::{ThermalConfig, ThermalConfigError, ThermalConfigRaw};
+pub use config::{RawThermalConfig, ThermalConfig};
 pub use energy::EnergyIntegrator;
 pub use sampler::{ThermalSampler, ThermalStatus};
 pub use sysfs::{SysfsError, SysfsInventory, SysfsReader, SysfsSnapshot};

@@ -446,7 +446,7 @@ mod tests {
 
     use super::*;
     use crate::sink::CollectingSink;
-    use crate::thermal::config::ThermalConfigRaw;
+    use crate::thermal::config::RawThermalConfig;
     use crate::thermal::sysfs::{Trip, TripKind, ZoneInfo};
     use crate::thermal::tegrastats::ExitInfo;
 
@@ -484,7 +484,7 @@ mod tests {
     }
 
     fn sampler(m: Option<&ModelVersion>) -> ThermalSampler {
-        let config = ThermalConfigRaw::default().validate().unwrap();
+        let config = RawThermalConfig::default().validate().unwrap();
         ThermalSampler::new(&config, &inventory(), at(0), m)
     }
 
@@ -736,9 +736,9 @@ mod tests {
 
     #[test]
     fn raw_samples_follow_the_downsampling_config() {
-        let config = ThermalConfigRaw {
+        let config = RawThermalConfig {
             debug_sample_every: 5,
-            ..ThermalConfigRaw::default()
+            ..RawThermalConfig::default()
         }
         .validate()
         .unwrap();

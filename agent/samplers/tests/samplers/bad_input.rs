@@ -6,7 +6,7 @@ use std::path::Path;
 
 use edgewatch_proto::v1::{ProbeState, ProbeStatus, Tier, event::Kind};
 use edgewatch_samplers::CollectingSink;
-use edgewatch_samplers::deadline::{DeadlineSampler, LoopState, RawProbeSection};
+use edgewatch_samplers::deadline::{DeadlineSampler, LoopState, RawProbeConfig};
 
 use crate::probes::{write_cycles, writer};
 use crate::util::{config, now, picked, probe, scratch};
@@ -72,7 +72,7 @@ fn truncated_garbage_wrong_magic_wrong_abi_and_misnamed_files_are_refused_and_ot
     // A valid probe of another loop than configured.
     let misnamed = d.join("misnamed.probe");
     let _other = writer(&misnamed, "brake", 16);
-    probes.push(RawProbeSection {
+    probes.push(RawProbeConfig {
         loop_name: Some("steer".into()),
         ..probe(&misnamed)
     });

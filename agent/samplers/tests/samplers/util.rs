@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use edgewatch_proto::v1::{Event, ProbeState, Tier, event::Kind};
-use edgewatch_samplers::deadline::{DeadlineConfig, RawDeadlineSection, RawProbeSection};
+use edgewatch_samplers::deadline::{DeadlineConfig, RawDeadlineConfig, RawProbeConfig};
 use edgewatch_samplers::{CollectingSink, Now};
 
 /// Both clocks, read now.
@@ -33,26 +33,26 @@ pub fn scratch() -> tempfile::TempDir {
 }
 
 /// A probe entry for `path`.
-pub fn probe(path: &Path) -> RawProbeSection {
-    RawProbeSection {
+pub fn probe(path: &Path) -> RawProbeConfig {
+    RawProbeConfig {
         path: Some(path.to_path_buf()),
-        ..RawProbeSection::default()
+        ..RawProbeConfig::default()
     }
 }
 
 /// A fast config for tests: 100 Hz polls, snapshots every `snapshot_s`, no rate limits unless
 /// set by `tweak`.
 pub fn config(
-    probes: Vec<RawProbeSection>,
+    probes: Vec<RawProbeConfig>,
     snapshot_s: f64,
-    tweak: impl FnOnce(&mut RawDeadlineSection),
+    tweak: impl FnOnce(&mut RawDeadlineConfig),
 ) -> DeadlineConfig {
-    let mut d = RawDeadlineSection {
+    let mut d = RawDeadlineConfig {
         poll_hz: Some(100.0),
         snapshot_interval_s: Some(snapshot_s),
         burst_min_interval_s: Some(0.0),
         status_min_interval_s: Some(0.0),
-        ..RawDeadlineSection::default()
+        ..RawDeadlineConfig::default()
     };
     tweak(&mut d);
     DeadlineConfig::from_raw(&d, &probes).unwrap()

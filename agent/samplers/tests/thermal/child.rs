@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use edgewatch_proto::v1::{LogLevel, Tier};
 use edgewatch_samplers::CollectingSink;
-use edgewatch_samplers::thermal::config::ThermalConfigRaw;
+use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::tegrastats::{MalformedLine, TegrastatsEvent};
 use edgewatch_samplers::thermal::{SysfsInventory, TegrastatsSource, ThermalSampler, clock};
 
@@ -33,13 +33,13 @@ fn fake_tegrastats(dir: &Path, body: &str) -> PathBuf {
     path
 }
 
-fn config(program: &Path, min_ms: u64, max_ms: u64) -> ThermalConfigRaw {
-    ThermalConfigRaw {
+fn config(program: &Path, min_ms: u64, max_ms: u64) -> RawThermalConfig {
+    RawThermalConfig {
         tegrastats: program.to_owned(),
-        interval_ms: 1_000,
-        restart_backoff_min_ms: min_ms,
-        restart_backoff_max_ms: max_ms,
-        ..ThermalConfigRaw::default()
+        interval: Some("1s".into()),
+        restart_backoff_min: Some(format!("{min_ms}ms")),
+        restart_backoff_max: Some(format!("{max_ms}ms")),
+        ..RawThermalConfig::default()
     }
 }
 

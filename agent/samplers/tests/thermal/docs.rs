@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use edgewatch_samplers::thermal::config::{ThermalConfigRaw, ZoneComponent};
+use edgewatch_samplers::thermal::config::{RawThermalConfig, ZoneComponent};
 use serde::Deserialize;
 
 const DOC: &str = include_str!("../../../../docs/configuration.md");
@@ -11,7 +11,7 @@ const DOC: &str = include_str!("../../../../docs/configuration.md");
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Embedded {
-    thermal: ThermalConfigRaw,
+    thermal: RawThermalConfig,
 }
 
 fn thermal_example() -> &'static str {
@@ -34,13 +34,13 @@ fn the_documented_thermal_example_is_valid_and_spells_out_the_defaults() {
     );
 
     // Without its examples of maps and lists, the table is exactly the defaults.
-    let scalars = ThermalConfigRaw {
+    let scalars = RawThermalConfig {
         power_mode_nominal_max_mhz: BTreeMap::new(),
         zone_components: BTreeMap::new(),
         power_input: Vec::new(),
         ..raw
     };
-    assert_eq!(scalars, ThermalConfigRaw::default());
+    assert_eq!(scalars, RawThermalConfig::default());
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use edgewatch_samplers::thermal::config::{SysfsConfig, ThermalConfig, ThermalConfigRaw};
+use edgewatch_samplers::thermal::config::{RawThermalConfig, SysfsConfig, ThermalConfig};
 use tempfile::TempDir;
 
 /// Trip point: (millidegrees, type, hysteresis in millidegrees).
@@ -198,12 +198,12 @@ impl FakeSysfs {
 
     /// The sysfs part of a configuration rooted here.
     pub fn sysfs_config(&self) -> SysfsConfig {
-        self.config(ThermalConfigRaw::default()).sysfs
+        self.config(RawThermalConfig::default()).sysfs
     }
 
     /// `raw` with `sysfs_root` set here, validated.
-    pub fn config(&self, raw: ThermalConfigRaw) -> ThermalConfig {
-        ThermalConfigRaw {
+    pub fn config(&self, raw: RawThermalConfig) -> ThermalConfig {
+        RawThermalConfig {
             sysfs_root: self.root().to_owned(),
             ..raw
         }

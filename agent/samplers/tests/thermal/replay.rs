@@ -3,17 +3,17 @@
 use std::time::Duration;
 
 use edgewatch_samplers::thermal::TegrastatsSource;
-use edgewatch_samplers::thermal::config::{TegrastatsConfig, ThermalConfigRaw};
+use edgewatch_samplers::thermal::config::{RawThermalConfig, TegrastatsConfig};
 use edgewatch_samplers::thermal::tegrastats::{MalformedLine, TegrastatsEvent};
 
 use crate::util::capture;
 
 fn replay_config(path: &std::path::Path, speed: f64, looped: bool) -> TegrastatsConfig {
-    ThermalConfigRaw {
+    RawThermalConfig {
         replay: Some(path.to_owned()),
         replay_speed: speed,
         replay_loop: looped,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     }
     .validate()
     .unwrap()
@@ -113,12 +113,12 @@ async fn cancelling_next_in_a_select_loses_and_repeats_no_line() {
     let path = capture("tx2_jp4.x_l4t-r32.txt");
     let expected = std::fs::read_to_string(&path).unwrap().lines().count();
     // 100 ms interval at speed 10: a line every 10 ms, raced against a 3 ms timer.
-    let config = ThermalConfigRaw {
+    let config = RawThermalConfig {
         replay: Some(path),
         replay_speed: 10.0,
-        interval_ms: 100,
-        max_gap_ms: 5_000,
-        ..ThermalConfigRaw::default()
+        interval: Some("100ms".into()),
+        max_gap: Some("5s".into()),
+        ..RawThermalConfig::default()
     }
     .validate()
     .unwrap();

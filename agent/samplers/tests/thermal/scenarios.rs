@@ -6,7 +6,7 @@
 //! that line over it.
 
 use edgewatch_proto::v1::{Component, ThrottleCause, Tier};
-use edgewatch_samplers::thermal::config::ThermalConfigRaw;
+use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::{
     SysfsReader, TegrastatsEvent, TegrastatsSource, ThermalSampler, clock,
 };
@@ -44,10 +44,10 @@ fn summary(sink: &CollectingSink) -> Vec<(Tier, bool, Component, ThrottleCause, 
 async fn a_replayed_line_over_a_passive_trip_is_an_slo_episode_and_a_critical_reading_a_safety_one()
 {
     let fake = FakeSysfs::orin();
-    let config = fake.config(ThermalConfigRaw {
+    let config = fake.config(RawThermalConfig {
         replay: Some(capture("orin-nx-8gb_jp6.x_l4t-r36.txt")),
         replay_speed: 1000.0,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     });
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let mut source = TegrastatsSource::new(&config.tegrastats).unwrap();
@@ -134,7 +134,7 @@ async fn a_replayed_line_over_a_passive_trip_is_an_slo_episode_and_a_critical_re
 fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
     let fake = FakeSysfs::orin();
     let config = fake.config(
-        toml::from_str::<ThermalConfigRaw>("[power_mode_nominal_max_mhz.2]\ncpu = 1497\ngpu = 612")
+        toml::from_str::<RawThermalConfig>("[power_mode_nominal_max_mhz.2]\ncpu = 1497\ngpu = 612")
             .unwrap(),
     );
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
@@ -225,7 +225,7 @@ fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
 #[test]
 fn an_over_current_increment_is_a_safety_report_and_a_safety_episode_held_one_poll() {
     let fake = FakeSysfs::orin();
-    let config = fake.config(ThermalConfigRaw::default());
+    let config = fake.config(RawThermalConfig::default());
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let mut sampler = ThermalSampler::new(&config, reader.inventory(), t0(), None);
     let mut sink = CollectingSink::default();
@@ -273,11 +273,11 @@ fn an_over_current_increment_is_a_safety_report_and_a_safety_episode_held_one_po
 /// flushes the counters at the last event's time.
 async fn replay_energy(file: &str, looped: bool, samples: usize) -> CollectingSink {
     let fake = FakeSysfs::empty();
-    let config = fake.config(ThermalConfigRaw {
+    let config = fake.config(RawThermalConfig {
         replay: Some(capture(file)),
         replay_speed: 1000.0,
         replay_loop: looped,
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     });
     let reader = SysfsReader::open(&config.sysfs).unwrap();
     let mut source = TegrastatsSource::new(&config.tegrastats).unwrap();
@@ -349,7 +349,7 @@ async fn a_looped_agx_orin_line_keeps_its_duplicate_nc_rails_apart() {
 fn configured_sysfs_power_inputs_are_integrated_too() {
     let fake = FakeSysfs::orin();
     let config = fake.config(
-        toml::from_str::<ThermalConfigRaw>(
+        toml::from_str::<RawThermalConfig>(
             "tegrastats_enabled = false\n[[power_input]]\nrail = \"VDD_IN\"\n\
              millivolts = \"/sys/class/hwmon/hwmon0/in1_input\"\n\
              milliamps = \"/sys/class/hwmon/hwmon0/curr1_input\"",

@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use edgewatch_samplers::thermal::config::ThermalConfigRaw;
+use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::sysfs::{FreqReading, TripKind};
 use edgewatch_samplers::thermal::{SysfsError, SysfsReader};
 
@@ -251,7 +251,7 @@ fn configured_power_inputs_read_microwatts_or_volts_times_amps() {
         "7250000\n",
     );
     let config = fake.config(
-        toml::from_str::<ThermalConfigRaw>(
+        toml::from_str::<RawThermalConfig>(
             r#"
             [[power_input]]
             rail = "VDD_IN"
@@ -273,16 +273,16 @@ fn configured_power_inputs_read_microwatts_or_volts_times_amps() {
 #[test]
 fn a_configured_gpu_or_power_input_that_is_missing_is_an_error_naming_the_key() {
     let fake = FakeSysfs::orin();
-    let config = fake.config(ThermalConfigRaw {
+    let config = fake.config(RawThermalConfig {
         gpu_devfreq: Some("57000000.gpu".into()),
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     });
     let error = SysfsReader::open(&config.sysfs).unwrap_err();
     assert!(matches!(error, SysfsError::GpuDevfreqMissing { .. }));
     assert!(error.to_string().contains("thermal.gpu_devfreq"), "{error}");
 
     let config = fake.config(
-        toml::from_str::<ThermalConfigRaw>(
+        toml::from_str::<RawThermalConfig>(
             "[[power_input]]\nrail = \"X\"\npower_uw = \"/sys/class/hwmon/hwmon9/power1_input\"",
         )
         .unwrap(),
@@ -303,9 +303,9 @@ fn a_gpu_named_in_the_config_is_used_whatever_its_device_tree_name() {
     );
     let reader = SysfsReader::open(&fake.sysfs_config()).unwrap();
     assert!(reader.inventory().gpu.is_none(), "`gpu` is no known name");
-    let config = fake.config(ThermalConfigRaw {
+    let config = fake.config(RawThermalConfig {
         gpu_devfreq: Some("57000000.gpu".into()),
-        ..ThermalConfigRaw::default()
+        ..RawThermalConfig::default()
     });
     let reader = SysfsReader::open(&config.sysfs).unwrap();
     assert_eq!(
