@@ -573,19 +573,49 @@ mod owners {
             .collect()
     }
 
-    /// Match arms that turn a tier into a number: `Tier::Safety => 0`.
+    /// Match arms that turn a tier into a number or a name: `Tier::Safety => 0`,
+    /// `Tier::Safety => Some(SAFETY)`, `Tier::Safety => "safety"`.
     fn tier_to_index(source: &Source) -> Vec<usize> {
         source
-            .bare
+            .code
             .match_indices("Tier::Safety")
             .filter(|(at, found)| {
-                let after = source.bare[at + found.len()..].trim_start();
-                after.strip_prefix("=>").is_some_and(|value| {
-                    value.trim_start().starts_with(|c: char| c.is_ascii_digit())
-                })
+                let after = source.code[at + found.len()..].trim_start();
+                !source.bare[*at..].starts_with(' ')
+                    && after.strip_prefix("=>").is_some_and(|value| {
+                        let value = value.trim_start();
+                        value.starts_with(|c: char| c.is_ascii_digit())
+                            || value.starts_with("Some(")
+                            || value.starts_with('"')
+                    })
             })
             .map(|(at, _)| at)
             .collect()
+    }
+
+    /// The literal `"ms"` on its own: the start of a duration unit table or suffix parser.
+    fn unit_literals(source: &Source) -> Vec<usize> {
+        source
+            .code
+            .match_indices("\"ms\"")
+            .filter(|(at, _)| source.bare[*at..].starts_with("\"  \""))
+            .map(|(at, _)| at)
+            .collect()
+    }
+
+    /// The number 64 as an exit status: `ExitCode::from(64)`, `exit(64)`, `const X: u8 = 64`.
+    fn exit_status_64(source: &Source) -> Vec<usize> {
+        let bare = &source.bare;
+        let mut found: Vec<usize> = ["from(64)", "exit(64)"]
+            .iter()
+            .flat_map(|needle| bare.match_indices(needle).map(|(at, _)| at))
+            .collect();
+        found.extend(words(bare, "const ").into_iter().filter(|&at| {
+            let end = bare[at..].find(';').map_or(bare.len(), |e| at + e);
+            let statement = &bare[at..end];
+            statement.contains(": u8") && statement.trim_end().ends_with("= 64")
+        }));
+        found
     }
 
     /// The rules of issue "one owner per rule", with their owners.
@@ -593,8 +623,28 @@ mod owners {
         vec![
             Rule {
                 name: "duration grammar",
-                owners: &["conventions/src/duration.rs"],
-                finds: |source| fn_taking_str(source, "duration"),
+                owners: &[
+                    "conventions/src/duration.rs",
+                    // Not a configuration duration: an instant within a scripted run, written
+                    // with fractions (`mode manual at 1.2s`), in the synthetic loop's own
+                    // pattern language.
+                    "agent/synthetic-loop/src/script.rs",
+                ],
+                finds: |source| {
+                    let mut found = fn_taking_str(source, "duration");
+                    found.extend(unit_literals(source));
+                    found
+                },
+            },
+            Rule {
+                name: "exit status for bad configuration",
+                owners: &[
+                    "conventions/src/config.rs",
+                    // Publishable on its own: depends on no workspace crate, so it keeps its
+                    // own copy of the sysexits value.
+                    "agent/tegrastats-parser/src/main.rs",
+                ],
+                finds: exit_status_64,
             },
             Rule {
                 name: "configuration error type",
@@ -896,6 +946,9 @@ fn index(tier: Tier) -> usize { match tier { Tier::Safety => 0, _ => 1 } }
 pub const CYCLES: &str = "edge_control_cycles_total";
 pub const SELF: &str = "edgewatch_gateway_commits_total";
 unsafe impl GlobalAlloc for Counting {}
+const EX_USAGE: u8 = 64;
+fn seconds(text: &str) -> Option<f64> { text.strip_suffix("ms").map(|_| 0.0) }
+fn name(tier: Tier) -> &'static str { match tier { Tier::Safety => "safety", _ => "x" } }
 // pub struct ConfigError in a comment is not a definition
 const NOT: &str = "pub struct ConfigError";
 "##;
@@ -909,8 +962,11 @@ const NOT: &str = "pub struct ConfigError";
         names,
         [
             "duration grammar",
+            "duration grammar",
+            "exit status for bad configuration",
             "configuration error type",
             "backoff",
+            "tier index",
             "tier index",
             "metric name",
             "counting allocator",
@@ -918,9 +974,9 @@ const NOT: &str = "pub struct ConfigError";
         "{violations:#?}"
     );
     assert!(
-        violations[4].contains("some/crate/src/lib.rs:6"),
+        violations[7].contains("some/crate/src/lib.rs:6"),
         "{}",
-        violations[4]
+        violations[7]
     );
 }
 
