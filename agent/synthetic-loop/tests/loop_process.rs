@@ -205,7 +205,7 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
     let s = r.summary().unwrap();
     assert_eq!(s.cycles.cycles, 195);
     assert_eq!(s.cycles.skipped, 5);
-    assert_eq!(s.cycles.misses, observed);
+    assert_eq!(s.cycles.overruns, observed);
     assert_eq!(
         (
             s.events.fallbacks,

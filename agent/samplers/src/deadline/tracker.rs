@@ -491,7 +491,7 @@ impl LoopTracker {
         let prev = epoch.prev;
         let (c, p) = (&summary.cycles, &prev.cycles);
         let went_back = c.cycles < p.cycles
-            || c.misses < p.misses
+            || c.overruns < p.overruns
             || c.skipped < p.skipped
             || c.sum_duration_ns < p.sum_duration_ns;
         let mut anomaly: Option<&'static str> = None;
@@ -500,7 +500,7 @@ impl LoopTracker {
         } else if let Some(s) = self.current.and_then(|i| self.series.get_mut(i)) {
             let v = &mut s.value;
             let dc = c.cycles - p.cycles;
-            let dm = c.misses - p.misses;
+            let dm = c.overruns - p.overruns;
             let ds = c.skipped - p.skipped;
             v.cycles = v.cycles.saturating_add(dc);
             v.misses = v.misses.saturating_add(dm);
@@ -518,7 +518,7 @@ impl LoopTracker {
         epoch.prev = *summary;
         epoch.polls += 1;
         self.counts.cycles = c.cycles;
-        self.counts.misses = c.misses;
+        self.counts.misses = c.overruns;
         self.counts.skipped = c.skipped;
 
         // Header event counters.

@@ -88,14 +88,17 @@ fn summary(cycles: u64, misses: u64) -> Summary {
     Summary {
         cycles: CycleCounters {
             cycles,
-            misses,
+            overruns: misses,
             skipped: 0,
             max_duration_ns: 1,
             sum_duration_ns: cycles,
+            activations: cycles,
+            deadline_misses: 0,
         },
         events: EventCounters::default(),
         head: cycles,
         heartbeat_ns: 0,
+        ..Summary::default()
     }
 }
 
@@ -230,7 +233,7 @@ proptest! {
                         let miss = i % miss_every == 0;
                         let duration = if miss { 900_000 } else { 100_000 };
                         m.totals.cycles += 1;
-                        m.totals.misses += u64::from(miss);
+                        m.totals.overruns += u64::from(miss);
                         m.totals.sum_duration_ns += duration;
                         m.totals.max_duration_ns = m.totals.max_duration_ns.max(duration);
                         m.unread.push(Record {
@@ -256,12 +259,12 @@ proptest! {
                     }
                     m.delivered += m.unread.len() as u64 - lose;
                     m.unread.clear();
-                    let summary = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock };
+                    let summary = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock, ..Summary::default() };
                     let stats = PollStats { lost: lose, ..PollStats::default() };
                     t.end_poll(&summary, &stats, None, at(clock), &mut em, &mut sink);
                     let e = m.expected.entry(label(m.model)).or_default();
                     e.0 += m.totals.cycles - m.polled.cycles;
-                    e.1 += m.totals.misses - m.polled.misses;
+                    e.1 += m.totals.overruns - m.polled.overruns;
                     e.2 += m.totals.skipped - m.polled.skipped;
                     m.polled = m.totals;
                     // The invariant: per model, the series hold exactly the header's deltas.
