@@ -39,15 +39,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use edgewatch_proto::v1::{self, ModelVersion};
-use loop_probe::{
-    AutonomyMode, DeadlineSemantics, Liveness, OpenError, PollError, ProbeReader, RestartReason,
-};
+use loop_probe::{AutonomyMode, Liveness, OpenError, PollError, ProbeReader, RestartReason};
 
 pub use config::{
     BurstRules, ConfigError, DeadlineConfig, HistogramBounds, ProbeConfig, RawDeadlineSection,
     RawProbeSection,
 };
 use emit::Emitter;
+/// What a loop's deadline counters mean (re-exported for the agent's status).
+pub use loop_probe::DeadlineSemantics;
 pub use tracker::{LoopCounts, LoopState};
 use tracker::{LoopSettings, LoopTracker};
 
