@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use edgewatch_proto::framing::{decode_batch, encode_batch};
-use edgewatch_proto::v1::{Batch, Tier, event};
+use edgewatch_proto::v1::{Batch, DeadlineSemantics, Tier, event};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, text_format::FormatOptions};
 
@@ -122,6 +122,67 @@ fn golden_slo_batch_carries_the_expected_counters() {
         panic!("last event is not a throttle end");
     };
     assert_eq!(throttle.cap_mhz, Some(1190));
+}
+
+/// An agent from before deadline semantics: the old counters only, the new ones absent.
+#[test]
+fn golden_counters_of_an_agent_before_deadline_semantics_read_as_unspecified_with_no_new_fields() {
+    let golden = std::fs::read(testdata().join("golden/slo_batch.binpb")).unwrap();
+    let batch = Batch::decode(&golden[..]).unwrap();
+    let Some(event::Kind::DeadlineCounters(c)) = &batch.events[0].kind else {
+        panic!("first event is not deadline counters");
+    };
+    assert_eq!(c.semantics(), DeadlineSemantics::Unspecified);
+    assert_eq!(
+        (c.activations, c.deadline_misses, c.overruns),
+        (None, None, None)
+    );
+    assert_eq!(c.deadline_ns, 0);
+}
+
+#[test]
+fn golden_deadline_counters_carry_activations_and_deadline_misses_beside_the_old_fields() {
+    let golden = std::fs::read(testdata().join("golden/deadline_slo_batch.binpb")).unwrap();
+    let batch = Batch::decode(&golden[..]).unwrap();
+    assert_eq!(batch.tier(), Tier::Slo);
+    let counters: Vec<_> = batch
+        .events
+        .iter()
+        .map(|e| match &e.kind {
+            Some(event::Kind::DeadlineCounters(c)) => c,
+            other => panic!("not deadline counters: {other:?}"),
+        })
+        .collect();
+    let hung = counters[0];
+    assert_eq!(hung.semantics(), DeadlineSemantics::Completion);
+    assert_eq!(
+        (hung.activations, hung.deadline_misses, hung.overruns),
+        (Some(7500), Some(54), Some(3))
+    );
+    assert_eq!(hung.deadline_ns, 40_000_000);
+    // The fields an older gateway reads keep their meaning: `misses` are the overruns.
+    assert_eq!((hung.cycles, hung.misses, hung.skipped), (7450, 3, 50));
+    assert_eq!(
+        hung.activations,
+        Some(hung.cycles + hung.skipped),
+        "no provisional counts left once the loop recovered"
+    );
+    let legacy = counters[1];
+    assert_eq!(legacy.semantics(), DeadlineSemantics::LegacyProbe);
+    assert_eq!(
+        (legacy.activations, legacy.deadline_misses, legacy.overruns),
+        (Some(30_001), None, Some(2)),
+        "an ABI 1 probe's deadline misses are absent, never the overruns"
+    );
+    assert_eq!(legacy.deadline_ns, 0);
+
+    let golden = std::fs::read(testdata().join("golden/deadline_safety_batch.binpb")).unwrap();
+    let batch = Batch::decode(&golden[..]).unwrap();
+    let Some(event::Kind::DeadlineMissBurst(burst)) = &batch.events[0].kind else {
+        panic!("not a burst");
+    };
+    assert_eq!(burst.semantics(), DeadlineSemantics::Completion);
+    assert_eq!(burst.misses, 51);
 }
 
 #[test]

@@ -17,8 +17,8 @@ use edgewatch_proto::framing::{
     BatchEncoder, DEFAULT_COMPRESSION_LEVEL, MAX_COMPRESSED_BYTES, decode_batch,
 };
 use edgewatch_proto::v1::{
-    Batch, DeadlineCounters, DeadlineMissBurst, Event, LatencyHistogram, LoopRef, ModelVersion,
-    RailPower, Temperature, ThermalSample, Tier, event,
+    Batch, DeadlineCounters, DeadlineMissBurst, DeadlineSemantics, Event, LatencyHistogram,
+    LoopRef, ModelVersion, RailPower, Temperature, ThermalSample, Tier, event,
 };
 use edgewatch_queue::{Queue, RawQueueConfig};
 use prost::Message;
@@ -68,6 +68,7 @@ fn realistic(tier: Tier, i: u64) -> Event {
             last_cycle: i * 100 + 2,
             worst_duration_ns: 41_000_000 + i % 1000,
             mode: 1,
+            semantics: DeadlineSemantics::Completion as i32,
         }),
         Tier::Slo => event::Kind::DeadlineCounters(DeadlineCounters {
             control_loop: Some(LoopRef {
@@ -91,6 +92,11 @@ fn realistic(tier: Tier, i: u64) -> Event {
                 counts: vec![10 * i, 200 * i, 35 * i, 4 * i, i, i / 50, i / 100],
             }),
             mode: 0,
+            activations: Some(250 * i + i / 500),
+            deadline_misses: Some(i / 40 + i / 500),
+            overruns: Some(i / 50),
+            deadline_ns: 40_000_000,
+            semantics: DeadlineSemantics::Completion as i32,
         }),
         _ => event::Kind::ThermalSample(ThermalSample {
             temperatures: ["cpu", "gpu", "soc0", "soc1", "soc2", "tj"]

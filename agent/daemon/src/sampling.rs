@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler};
+use edgewatch_samplers::deadline::{DeadlineConfig, DeadlineSampler, DeadlineSemantics};
 use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
 use edgewatch_samplers::thermal::{
     SysfsInventory, SysfsReader, TegrastatsSource, ThermalConfig, ThermalSampler,
@@ -163,6 +163,11 @@ fn write_sources(
         let _ = write!(entry.name, "probe:{}", source.loop_name);
         let _ = write!(entry.state, "{:?}", source.state);
         entry.state.make_ascii_lowercase();
+        if source.semantics == DeadlineSemantics::Legacy {
+            entry
+                .state
+                .push_str(" (probe ABI 1: deadline misses not measured)");
+        }
         entry.last_sample_age_s = source.last_sample_age.map(|age| age.as_secs_f64());
     }
     if let Some(watcher) = watcher {

@@ -1,9 +1,20 @@
 /*
- * loop_probe.h: C ABI of the edgewatch loop-probe library (probe file ABI version 1).
+ * loop_probe.h: C ABI of the edgewatch loop-probe library (probe file ABI version 2).
  *
  * A control loop records every cycle into a shared-memory file (default under /dev/shm) that
  * the edgewatch agent maps read-only. lp_record() makes no syscalls, takes no locks, never
  * allocates and never waits. All timestamps are CLOCK_MONOTONIC nanoseconds (lp_now_ns()).
+ *
+ * Deadline semantics. Activation k of a loop with period T is released at release_ns (r_k),
+ * starts at start_ns and runs for duration_ns; it completes at f_k = start_ns + duration_ns.
+ * The loop declares its relative deadline D (lp_writer_open_deadline; 0, and lp_writer_open,
+ * mean D = T). Activation k MISSES ITS DEADLINE when f_k > r_k + D. An activation that never
+ * ran (the loop jumped to a later cycle number: a skipped activation) is a deadline miss too.
+ * The agent's SLI is (activations - deadline misses) / activations, where activations =
+ * recorded cycles + skipped activations. Two diagnostics are kept apart from it: an OVERRUN
+ * (duration_ns > budget_ns: the step took longer than its execution budget, which a step can do
+ * and still meet D) and start lateness (start_ns - release_ns: a step within its budget can
+ * still miss D by starting late). Pass each cycle's planned release, not the time it woke.
  *
  * Threads: lp_record() must be called from one thread at a time per handle; every other
  * function may be called from any thread. Setters that find another thread writing the same
@@ -33,11 +44,13 @@ extern "C" {
 #define LP_ERR_TOO_LONG 6
 #define LP_ERR_PANIC 7
 
-/* Record flags. OVERRUN and SKIPPED are set by the probe; a loop may pass DEGRADED, FALLBACK. */
+/* Record flags. OVERRUN, SKIPPED and DEADLINE_MISS are set by the probe; a loop may pass
+ * DEGRADED and FALLBACK. */
 #define LP_FLAG_OVERRUN 0x1u
 #define LP_FLAG_SKIPPED 0x2u
 #define LP_FLAG_DEGRADED 0x4u
 #define LP_FLAG_FALLBACK 0x8u
+#define LP_FLAG_DEADLINE_MISS 0x10u
 
 /* Autonomy modes. */
 #define LP_MODE_UNKNOWN 0u
@@ -50,17 +63,26 @@ extern "C" {
 typedef struct LpWriter LpWriter;
 
 /* Creates the probe file at path (replacing a dead producer's file; LP_ERR_ALREADY_RUNNING if a
- * live one holds it). loop_name: at most 31 bytes. capacity: ring slots, a power of two, or 0
+ * live one holds it) for a loop whose relative deadline is its period. loop_name: at most 31
+ * bytes. budget_ns: the execution budget (overruns). capacity: ring slots, a power of two, or 0
  * for lp_recommended_capacity(period_ns). require_mlock != 0 fails with LP_ERR_MLOCK if the
  * ring cannot be locked into RAM. On LP_OK stores the handle in *out. */
 int lp_writer_open(const char *path, uint32_t loop_id, const char *loop_name, uint64_t period_ns,
                    uint64_t budget_ns, uint32_t capacity, int require_mlock, LpWriter **out);
 
+/* As lp_writer_open, with the loop's relative deadline: an activation whose completion comes
+ * after its release + deadline_ns misses its deadline. 0 means the period; at most 1000
+ * periods (else LP_ERR_INVALID). */
+int lp_writer_open_deadline(const char *path, uint32_t loop_id, const char *loop_name,
+                            uint64_t period_ns, uint64_t deadline_ns, uint64_t budget_ns,
+                            uint32_t capacity, int require_mlock, LpWriter **out);
+
 /* Unmaps and releases the producer lock; the file stays for the agent to read. */
 void lp_writer_close(LpWriter *w);
 
 /* Records one cycle; returns the flags stored (the probe adds OVERRUN when duration_ns exceeds
- * the budget and SKIPPED after a gap in cycle numbers). */
+ * the budget, DEADLINE_MISS when start_ns + duration_ns comes after release_ns + the deadline,
+ * and SKIPPED after a gap in cycle numbers: the activations in the gap are deadline misses). */
 uint32_t lp_record(LpWriter *w, uint64_t cycle, uint64_t release_ns, uint64_t start_ns,
                    uint64_t duration_ns, uint32_t flags);
 

@@ -40,6 +40,8 @@ pub const LP_ERR_PANIC: c_int = 7;
 
 /// Flag constants mirrored for the header check.
 pub const LP_FLAG_OVERRUN: u32 = layout::FLAG_OVERRUN;
+/// See [`layout::FLAG_DEADLINE_MISS`].
+pub const LP_FLAG_DEADLINE_MISS: u32 = layout::FLAG_DEADLINE_MISS;
 /// See [`layout::FLAG_SKIPPED`].
 pub const LP_FLAG_SKIPPED: u32 = layout::FLAG_SKIPPED;
 /// See [`layout::FLAG_DEGRADED`].
@@ -76,7 +78,8 @@ fn set_errno(err: Option<i32>) {
     }
 }
 
-/// Creates the probe file at `path`. On success stores a handle in `*out`.
+/// Creates the probe file at `path` for a loop whose relative deadline is its period. On
+/// success stores a handle in `*out`. As [`lp_writer_open_deadline`] with `deadline_ns` 0.
 ///
 /// # Safety
 /// `path` and `loop_name` must be NUL-terminated strings (or null); `out` must be valid for a
@@ -92,6 +95,41 @@ pub unsafe extern "C" fn lp_writer_open(
     require_mlock: c_int,
     out: *mut *mut LpWriter,
 ) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        lp_writer_open_deadline(
+            path,
+            loop_id,
+            loop_name,
+            period_ns,
+            0,
+            budget_ns,
+            capacity,
+            require_mlock,
+            out,
+        )
+    }
+}
+
+/// Creates the probe file at `path` for a loop with relative deadline `deadline_ns` (0: the
+/// period). On success stores a handle in `*out`.
+///
+/// # Safety
+/// `path` and `loop_name` must be NUL-terminated strings (or null); `out` must be valid for a
+/// pointer write (or null).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn lp_writer_open_deadline(
+    path: *const c_char,
+    loop_id: u32,
+    loop_name: *const c_char,
+    period_ns: u64,
+    deadline_ns: u64,
+    budget_ns: u64,
+    capacity: u32,
+    require_mlock: c_int,
+    out: *mut *mut LpWriter,
+) -> c_int {
     guarded(|| {
         if path.is_null() || loop_name.is_null() || out.is_null() {
             return LP_ERR_INVALID;
@@ -102,6 +140,7 @@ pub unsafe extern "C" fn lp_writer_open(
             return LP_ERR_INVALID;
         };
         let mut config = WriterConfig::new(loop_id, name, period_ns, budget_ns);
+        config.deadline_ns = deadline_ns;
         if capacity != 0 {
             config.capacity = capacity;
         }
@@ -150,7 +189,8 @@ pub unsafe extern "C" fn lp_writer_close(w: *mut LpWriter) {
 }
 
 /// Records one cycle. No syscalls, no locks, no allocation, no waiting.
-/// `flags` may carry `LP_FLAG_DEGRADED` and `LP_FLAG_FALLBACK`; returns the flags stored.
+/// `flags` may carry `LP_FLAG_DEGRADED` and `LP_FLAG_FALLBACK`; returns the flags stored (the
+/// probe adds `LP_FLAG_OVERRUN`, `LP_FLAG_DEADLINE_MISS` and `LP_FLAG_SKIPPED`).
 ///
 /// # Safety
 /// `w` must be a live handle (or null), used by no other `lp_record` call at the same time.

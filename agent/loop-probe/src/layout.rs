@@ -1,4 +1,5 @@
-//! The probe file's binary layout (ABI version 1): a 4 KiB header followed by a ring of 64-byte slots.
+//! The probe file's binary layout (ABI version 2, and the version 1 it extends): a 4 KiB header
+//! followed by a ring of 64-byte slots.
 //!
 //! Invariants:
 //! - Every shared word is an atomic; nothing in the file is read or written non-atomically once the
@@ -7,12 +8,15 @@
 //!   `const` assertions at the bottom fail the build if the Rust structs drift from this table.
 //! - The identity lines (0 and 1) are written once, before the rename, and never again.
 //! - Integers are native-endian: producer and agent run on the same machine.
+//! - ABI 2 only adds to ABI 1: every ABI 1 field keeps its offset and meaning (the summary's
+//!   `misses` word is the overrun count in both), and the words ABI 2 adds were reserved (zero)
+//!   in ABI 1. So one `Header` maps both, and an ABI 1 file reads with the ABI 2 words zero.
 //!
 //! ```text
 //! offset  size  field                      written by / when
 //! ------  ----  -------------------------  -------------------------------------------------
 //!      0     8  magic "EWLPROBE"           producer, at creation (identity, line 0)
-//!      8     4  abi_version = 1
+//!      8     4  abi_version = 2 (1: a producer from before deadlines; still read)
 //!     12     4  header_size = 4096
 //!     16     4  slot_size = 64
 //!     20     4  capacity (power of two)
@@ -24,13 +28,17 @@
 //!     56     8  start_ns (CLOCK_MONOTONIC at creation)
 //!     64    16  boot_id (kernel boot UUID)  (identity, line 1)
 //!     80    32  loop_name (UTF-8, NUL-padded, at most 31 bytes)
-//!    112    16  reserved
+//!    112     8  deadline_ns (relative deadline D, non-zero; ABI 1: reserved, zero)
+//!    120     8  reserved
 //!    128     8  head (records published)    record path, every cycle (line 2)
 //!    136     8  heartbeat_ns                record path: start + duration of the last cycle
 //!    144     8  summary latch sequence      record path
-//!    152    40  summary copy 0: cycles, misses, skipped, max_duration_ns, sum_duration_ns
+//!    152    40  summary copy 0: cycles, overruns, skipped, max_duration_ns, sum_duration_ns
+//!               (ABI 1 calls the overrun word `misses`)
 //!    192    40  summary copy 1 (same fields; a latch, so one copy is always whole)
-//!    232    24  reserved
+//!    232     8  summary copy 0: deadline_misses (ABI 2; ABI 1: reserved, zero)
+//!    240     8  summary copy 1: deadline_misses
+//!    248     8  reserved
 //!    256     8  interventions               any producer thread (fetch_add)
 //!    264     8  safe_stops
 //!    272     8  fallbacks (to the safety controller)
@@ -49,13 +57,32 @@
 //!               +8 release_ns  +16 start_ns  +24 duration_ns  +32 budget_ns  +40 cycle
 //!               +48 loop_id (u32)  +52 flags (u32)  +56 reserved
 //! ```
+//!
+//! Deadline semantics (ABI 2), for activation k with release r_k, start s_k and duration C_k:
+//! completion f_k = s_k + C_k; it *misses its deadline* when f_k > r_k + D. An activation that
+//! never ran (a gap in cycle numbers) is skipped, and a skipped activation is a deadline miss.
+//! So `deadline_misses = late completions + skipped`, kept in the latch beside the other
+//! counters, and `activations = cycles + skipped`, read from one latch copy (not stored: both
+//! terms are). The last record's release and cycle number, which the agent needs to count what a
+//! silent loop owes, are those of record `cycles - 1` in the ring.
+//! An *overrun* (C_k > budget) is a diagnostic of its own: a step can overrun and meet D, or stay
+//! within its budget and miss D because it started late.
+//!
+//! ABI 1 files (producers built before deadlines) are read as they are: `cycles`, `skipped` and
+//! the overrun word are exact, so activations are exact (`cycles + skipped`), but completions
+//! were never compared with a deadline and `deadline_misses` does not exist there (its words are
+//! reserved, zero); the reader reports such a summary with legacy semantics instead of
+//! inventing a value.
+//! ```
 
 use crate::sync::{AtomicU32, AtomicU64};
 
 /// First word of every probe file: the bytes `EWLPROBE`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"EWLPROBE");
-/// Layout version this crate writes and reads.
-pub const ABI_VERSION: u32 = 1;
+/// Layout version this crate writes (and the newest it reads).
+pub const ABI_VERSION: u32 = 2;
+/// Oldest layout version this crate reads: ABI 1, without deadlines.
+pub const MIN_ABI_VERSION: u32 = 1;
 /// Bytes before the first slot: one page, so the ring starts page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Bytes per slot: one cache line, so a slot write touches exactly one line.
@@ -71,7 +98,7 @@ pub const MODEL_VERSION_CAPACITY: usize = 64;
 /// Number of [`AutonomyMode`] values, and of per-mode time counters.
 pub const AUTONOMY_MODES: usize = 5;
 
-/// Slot flag: the cycle ran longer than its budget (set by the probe).
+/// Slot flag: the cycle ran longer than its budget, an execution overrun (set by the probe).
 pub const FLAG_OVERRUN: u32 = 1 << 0;
 /// Slot flag: one or more activations before this cycle were skipped (set by the probe from a
 /// gap in cycle numbers).
@@ -80,6 +107,9 @@ pub const FLAG_SKIPPED: u32 = 1 << 1;
 pub const FLAG_DEGRADED: u32 = 1 << 2;
 /// Slot flag: this cycle's output came from the safety controller (set by the loop).
 pub const FLAG_FALLBACK: u32 = 1 << 3;
+/// Slot flag: the cycle completed after its release plus the relative deadline, a deadline miss
+/// (set by the probe, ABI 2).
+pub const FLAG_DEADLINE_MISS: u32 = 1 << 4;
 /// Flags a loop may pass in; the probe computes the others.
 pub const CALLER_FLAGS: u32 = FLAG_DEGRADED | FLAG_FALLBACK;
 
@@ -149,13 +179,14 @@ pub struct Slot {
     pub reserved: AtomicU64,
 }
 
-/// One copy of the cumulative counters kept in the summary latch.
+/// One copy of the cumulative counters kept in the summary latch (ABI 1's words; the copy's
+/// `deadline_misses` word, ABI 2, lies after both copies).
 #[repr(C)]
 pub struct SummaryWords {
     /// Cycles recorded (equals `head` once the latch settles).
     pub cycles: AtomicU64,
-    /// Cycles whose duration exceeded the budget.
-    pub misses: AtomicU64,
+    /// Cycles whose duration exceeded the budget: execution overruns (ABI 1 called them misses).
+    pub overruns: AtomicU64,
     /// Activations skipped, from gaps in cycle numbers.
     pub skipped: AtomicU64,
     /// Longest duration recorded.
@@ -165,13 +196,18 @@ pub struct SummaryWords {
 }
 
 /// Cumulative counters as a latch: two copies so that a reader always finds one whole, even if
-/// the producer died in the middle of an update.
+/// the producer died in the middle of an update. Copy `i` is `copies[i]` and
+/// `deadline_misses[i]`.
 #[repr(C)]
 pub struct SummaryCell {
     /// Bumped twice per update; odd while copy 0 is written, even while copy 1 is.
     pub seq: AtomicU64,
     /// The copy readers use while `seq` is even, and the one the writer updates while it is odd.
     pub copies: [SummaryWords; 2],
+    /// Activations that missed their deadline, late completions plus skipped, per copy (ABI 2;
+    /// reserved, zero, in ABI 1).
+    pub deadline_misses: [AtomicU64; 2],
+    reserved: AtomicU64,
 }
 
 /// Event counters any producer thread may bump.
@@ -241,14 +277,15 @@ pub struct Header {
     pub boot_id: [AtomicU64; 2],
     /// Loop name bytes, NUL-padded.
     pub loop_name: [AtomicU64; LOOP_NAME_CAPACITY / 8],
-    reserved1: [AtomicU64; 2],
+    /// Relative deadline D, ns (ABI 2; zero in ABI 1).
+    pub deadline_ns: AtomicU64,
+    reserved1: AtomicU64,
     /// Records published so far.
     pub head: AtomicU64,
     /// End of the last recorded cycle, CLOCK_MONOTONIC ns.
     pub heartbeat_ns: AtomicU64,
     /// Cumulative counters.
     pub summary: SummaryCell,
-    reserved3: [AtomicU64; 3],
     /// Event counters.
     pub events: EventCells,
     reserved4: [AtomicU64; 5],
@@ -274,6 +311,7 @@ const _: () = {
     assert!(offset_of!(Header, start_ns) == 56);
     assert!(offset_of!(Header, boot_id) == 64);
     assert!(offset_of!(Header, loop_name) == 80);
+    assert!(offset_of!(Header, deadline_ns) == 112);
     assert!(offset_of!(Header, head) == 128);
     assert!(offset_of!(Header, heartbeat_ns) == 136);
     assert!(offset_of!(Header, summary) == 144);
@@ -281,6 +319,12 @@ const _: () = {
     assert!(offset_of!(Header, autonomy) == 320);
     assert!(offset_of!(Header, model) == 384);
     assert!(offset_of!(Header, reserved7) == 472);
+    assert!(size_of::<SummaryWords>() == 40);
+    assert!(offset_of!(SummaryWords, overruns) == 8);
+    assert!(offset_of!(SummaryCell, copies) == 8);
+    assert!(offset_of!(SummaryCell, deadline_misses) == 88);
+    assert!(size_of::<SummaryCell>() == 112);
+    assert!(offset_of!(Header, summary) + offset_of!(SummaryCell, deadline_misses) == 232);
 };
 
 /// Total file size for a ring of `capacity` slots, or `None` on overflow.
@@ -373,7 +417,7 @@ pub(crate) mod zeroed {
     fn summary_words() -> SummaryWords {
         SummaryWords {
             cycles: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            overruns: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             max_duration_ns: AtomicU64::new(0),
             sum_duration_ns: AtomicU64::new(0),
@@ -384,6 +428,8 @@ pub(crate) mod zeroed {
         SummaryCell {
             seq: AtomicU64::new(0),
             copies: [summary_words(), summary_words()],
+            deadline_misses: words(),
+            reserved: AtomicU64::new(0),
         }
     }
 

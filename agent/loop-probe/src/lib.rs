@@ -7,7 +7,8 @@
 //! inode), death (the producer's `flock` is gone) and stall (stale heartbeat).
 //!
 //! Layout:
-//! - [`layout`]: the file format (ABI v1), drawn as a table; flags and autonomy modes.
+//! - [`layout`]: the file format (ABI v2, which extends v1), drawn as a table, with the
+//!   deadline semantics; flags and autonomy modes.
 //! - `sync`: the atomics, swapped for loom's under `cfg(loom)`.
 //! - [`protocol`]: the seqlock, latch and ring procedures on plain references; pure.
 //! - [`writer`]: the producer's I/O shell: create, size, map, lock, rename; [`ProbeWriter`].
@@ -33,14 +34,16 @@ mod sync;
 pub mod writer;
 
 pub use layout::{
-    AutonomyMode, FLAG_DEGRADED, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED, recommended_capacity,
+    AutonomyMode, FLAG_DEADLINE_MISS, FLAG_DEGRADED, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED,
+    recommended_capacity,
 };
 pub use protocol::{
     AutonomyState, Cycle, CycleCounters, EventCounters, ModelVersion, PollStats, Record, SlotBusy,
 };
 #[cfg(not(loom))]
 pub use reader::{
-    Liveness, OpenError, PollError, ProbeInfo, ProbeReader, ReadPass, RestartReason, Summary,
+    DeadlineSemantics, LastRecord, Liveness, OpenError, PollError, ProbeInfo, ProbeReader,
+    ReadPass, RestartReason, Summary,
 };
 #[cfg(not(loom))]
 pub use writer::{CreateError, MemoryLock, ProbeHandle, ProbeWriter, SetModelError, WriterConfig};

@@ -18,6 +18,12 @@
 //!   (overwritten before it was read), torn (seq inconsistent or changed during the copy), or
 //!   rejected (values no loop can produce), unless the head jumped absurdly (a counted anomaly).
 //!
+//! - The record path judges each cycle against the relative deadline D: completion
+//!   (`start + duration`) after `release + D` is a deadline miss; a gap in cycle numbers is that
+//!   many skipped activations, each a deadline miss; `duration > budget` is an overrun, counted
+//!   apart. So the summary always holds `skipped <= deadline_misses <= cycles + skipped`, the
+//!   activations (see `layout` for the definitions).
+//!
 //! Writer, per record `n` (single thread):
 //! 1. `slot.seq = 2n+1`; `summary.seq = 2k+1` (Release: publishes copy 1 of the last update);
 //!    `fence(Release)`.
@@ -30,9 +36,9 @@
 //! `s1 == s2 == 2n+2`.
 
 use crate::layout::{
-    AUTONOMY_MODES, AutonomyCell, AutonomyMode, CALLER_FLAGS, EventCells, FLAG_OVERRUN,
-    FLAG_SKIPPED, MODEL_VERSION_CAPACITY, ModelCell, Slot, SummaryCell, SummaryWords, pack_bytes,
-    unpack_bytes,
+    AUTONOMY_MODES, AutonomyCell, AutonomyMode, CALLER_FLAGS, EventCells, FLAG_DEADLINE_MISS,
+    FLAG_OVERRUN, FLAG_SKIPPED, MODEL_VERSION_CAPACITY, ModelCell, Slot, SummaryCell, SummaryWords,
+    pack_bytes, unpack_bytes,
 };
 use crate::sync::{AtomicU64, Ordering, fence};
 
@@ -85,21 +91,32 @@ impl Record {
     pub fn latency_ns(&self) -> u64 {
         self.start_ns.saturating_sub(self.release_ns)
     }
+
+    /// Completion: start plus duration.
+    pub fn completion_ns(&self) -> u64 {
+        self.start_ns.saturating_add(self.duration_ns)
+    }
 }
 
-/// Cumulative cycle counters, consistent with each other.
+/// Cumulative cycle counters, consistent with each other (one copy of the summary latch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CycleCounters {
     /// Cycles recorded.
     pub cycles: u64,
-    /// Cycles over budget.
-    pub misses: u64,
-    /// Activations skipped.
+    /// Cycles whose duration exceeded the budget: execution overruns, a diagnostic (ABI 1
+    /// called them misses).
+    pub overruns: u64,
+    /// Activations skipped (gaps in cycle numbers).
     pub skipped: u64,
     /// Longest duration.
     pub max_duration_ns: u64,
     /// Sum of durations (saturating).
     pub sum_duration_ns: u64,
+    /// Activations released: `cycles + skipped`, from one latch copy.
+    pub activations: u64,
+    /// Activations that missed their deadline: completions after release + D, plus skipped
+    /// activations (ABI 2).
+    pub deadline_misses: u64,
 }
 
 /// Event counters; each is monotonic on its own.
@@ -233,6 +250,15 @@ pub struct RingRef<'a> {
     pub slots: &'a [Slot],
 }
 
+/// What the record path judges each cycle against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judgement {
+    /// Execution budget: a longer duration is an overrun.
+    pub budget_ns: u64,
+    /// Relative deadline D: a completion after release + D is a deadline miss.
+    pub deadline_ns: u64,
+}
+
 /// Producer-side state of one ring: the next position and the running counters. Owned by the
 /// single thread that records cycles; never read back from shared memory.
 #[derive(Debug, Clone)]
@@ -240,6 +266,7 @@ pub struct RingWriter {
     head: u64,
     mask: u64,
     budget_ns: u64,
+    deadline_ns: u64,
     loop_id: u32,
     last_cycle: Option<u64>,
     counters: CycleCounters,
@@ -247,12 +274,13 @@ pub struct RingWriter {
 }
 
 impl RingWriter {
-    /// A writer for a fresh ring of `capacity` slots (a power of two).
-    pub fn new(capacity: u32, budget_ns: u64, loop_id: u32) -> RingWriter {
+    /// A writer for a fresh ring of `capacity` slots (a power of two), judging cycles by `judge`.
+    pub fn new(capacity: u32, judge: Judgement, loop_id: u32) -> RingWriter {
         RingWriter {
             head: 0,
             mask: u64::from(capacity.max(1)) - 1,
-            budget_ns,
+            budget_ns: judge.budget_ns,
+            deadline_ns: judge.deadline_ns,
             loop_id,
             last_cycle: None,
             counters: CycleCounters::default(),
@@ -279,17 +307,26 @@ impl RingWriter {
         let c2 = &mut self.counters;
         if c.duration_ns > self.budget_ns {
             flags |= FLAG_OVERRUN;
-            c2.misses = c2.misses.wrapping_add(1);
+            c2.overruns = c2.overruns.wrapping_add(1);
+        }
+        let completion = c.start_ns.saturating_add(c.duration_ns);
+        if completion > c.release_ns.saturating_add(self.deadline_ns) {
+            flags |= FLAG_DEADLINE_MISS;
+            c2.deadline_misses = c2.deadline_misses.wrapping_add(1);
         }
         if let Some(last) = self.last_cycle
             && c.cycle > last.wrapping_add(1)
             && last != u64::MAX
         {
+            let gap = c.cycle - last - 1;
             flags |= FLAG_SKIPPED;
-            c2.skipped = c2.skipped.wrapping_add(c.cycle - last - 1);
+            c2.skipped = c2.skipped.wrapping_add(gap);
+            c2.activations = c2.activations.wrapping_add(gap);
+            c2.deadline_misses = c2.deadline_misses.wrapping_add(gap);
         }
         self.last_cycle = Some(c.cycle);
         c2.cycles = c2.cycles.wrapping_add(1);
+        c2.activations = c2.activations.wrapping_add(1);
         c2.max_duration_ns = c2.max_duration_ns.max(c.duration_ns);
         c2.sum_duration_ns = c2.sum_duration_ns.saturating_add(c.duration_ns);
         let counters = *c2;
@@ -311,7 +348,7 @@ impl RingWriter {
             slot.loop_id.store(self.loop_id, Ordering::Relaxed);
             slot.flags.store(flags, Ordering::Relaxed);
         }
-        store_words(&ring.summary.copies[0], &counters);
+        store_words(ring.summary, 0, &counters);
         fence(Ordering::Release);
         if let Some(slot) = slot {
             slot.seq
@@ -322,7 +359,7 @@ impl RingWriter {
         ring.heartbeat_ns
             .store(c.start_ns.saturating_add(c.duration_ns), Ordering::Relaxed);
         fence(Ordering::Release);
-        store_words(&ring.summary.copies[1], &counters);
+        store_words(ring.summary, 1, &counters);
 
         self.head = n.wrapping_add(1);
         self.summary_seq = k.wrapping_add(2);
@@ -330,34 +367,47 @@ impl RingWriter {
     }
 }
 
+/// Stores `c` into copy `i` (0 or 1) of the summary latch (`activations` is not stored).
 #[inline]
-fn store_words(w: &SummaryWords, c: &CycleCounters) {
+fn store_words(summary: &SummaryCell, i: usize, c: &CycleCounters) {
+    let (Some(w), Some(d)) = (summary.copies.get(i), summary.deadline_misses.get(i)) else {
+        return;
+    };
     w.cycles.store(c.cycles, Ordering::Relaxed);
-    w.misses.store(c.misses, Ordering::Relaxed);
+    w.overruns.store(c.overruns, Ordering::Relaxed);
     w.skipped.store(c.skipped, Ordering::Relaxed);
     w.max_duration_ns
         .store(c.max_duration_ns, Ordering::Relaxed);
     w.sum_duration_ns
         .store(c.sum_duration_ns, Ordering::Relaxed);
+    d.store(c.deadline_misses, Ordering::Relaxed);
 }
 
-fn load_words(w: &SummaryWords) -> CycleCounters {
+fn load_words(w: &SummaryWords, d: &AtomicU64) -> CycleCounters {
+    let cycles = w.cycles.load(Ordering::Relaxed);
+    let skipped = w.skipped.load(Ordering::Relaxed);
     CycleCounters {
-        cycles: w.cycles.load(Ordering::Relaxed),
-        misses: w.misses.load(Ordering::Relaxed),
-        skipped: w.skipped.load(Ordering::Relaxed),
+        cycles,
+        overruns: w.overruns.load(Ordering::Relaxed),
+        skipped,
         max_duration_ns: w.max_duration_ns.load(Ordering::Relaxed),
         sum_duration_ns: w.sum_duration_ns.load(Ordering::Relaxed),
+        activations: cycles.wrapping_add(skipped),
+        deadline_misses: d.load(Ordering::Relaxed),
     }
 }
 
-/// Reads the summary latch. `None` only if the writer kept changing it for every attempt.
+/// Reads the summary latch (one whole copy). `None` only if the writer kept changing it for
+/// every attempt. In an ABI 1 file `deadline_misses` reads as zero.
 pub fn read_summary(cell: &SummaryCell) -> Option<CycleCounters> {
     for _ in 0..READ_ATTEMPTS {
         let s = cell.seq.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
-        let copy = &cell.copies[(s & 1) as usize];
-        let c = load_words(copy);
+        let i = (s & 1) as usize;
+        let (Some(copy), Some(deadline)) = (cell.copies.get(i), cell.deadline_misses.get(i)) else {
+            return None;
+        };
+        let c = load_words(copy, deadline);
         fence(Ordering::Acquire);
         if cell.seq.load(Ordering::Relaxed) == s {
             return Some(c);

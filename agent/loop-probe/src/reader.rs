@@ -4,9 +4,10 @@
 //! Invariants:
 //! - The mapping is `PROT_READ, MAP_SHARED` (`r--s` in `/proc/<pid>/maps`): the agent cannot
 //!   write anything the loop could read.
-//! - The header is validated from a `pread` copy before anything is mapped: magic, ABI version,
-//!   header and slot size, capacity (power of two, in range), period and budget (non-zero), and
-//!   a file at least as long as the ring. Identity fields are taken from that copy and never
+//! - The header is validated from a `pread` copy before anything is mapped: magic, ABI version
+//!   (1 or 2), header and slot size, capacity (power of two, in range), period and budget
+//!   (non-zero), the relative deadline (ABI 2: non-zero, at most 1000 periods), and a file at
+//!   least as long as the ring. Identity fields are taken from that copy and never
 //!   re-read for indexing, so a producer scribbling over its header cannot move our reads.
 //! - Every read pass first `fstat`s the mapped fd and refuses to touch the mapping if the file
 //!   became shorter than mapped. Residual race: a file truncated between that `fstat` and the
@@ -17,6 +18,13 @@
 //!   `flock(LOCK_SH | LOCK_NB)` probe, released at once.
 //! - After [`ProbeReader::open`], no method allocates: records go to a caller's closure, values
 //!   are returned by copy, the path is kept as a C string for `stat`.
+//! - An ABI 1 file (a producer from before deadlines) is read with [`DeadlineSemantics::Legacy`]:
+//!   cycles, skipped and overruns are exact and activations are `cycles + skipped`, but
+//!   completions were never judged against a deadline, so [`Summary::deadline_misses`] is `None`
+//!   and [`ProbeInfo::deadline_ns`] is `None`: never a value made up from the overruns.
+//! - A summary names the record its counters end with ([`Summary::last_record`]): the summary
+//!   is read first, then that record's slot, which the producer wrote before the summary; a
+//!   slot lapped or being written since leaves it unknown for that read, never another record.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -29,12 +37,13 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::layout::{
-    ABI_VERSION, HEADER_SIZE, Header, LOOP_NAME_CAPACITY, MAGIC, MAX_CAPACITY, MIN_CAPACITY,
-    SLOT_SIZE, Slot, file_size,
+    ABI_VERSION, HEADER_SIZE, Header, LOOP_NAME_CAPACITY, MAGIC, MAX_CAPACITY, MIN_ABI_VERSION,
+    MIN_CAPACITY, SLOT_SIZE, Slot, file_size,
 };
 use crate::protocol::{
-    AutonomyState, CellRead, CycleCounters, EventCounters, ModelVersion, PollStats, Record,
-    RingReader, RingRef, read_autonomy, read_events, read_model, read_summary,
+    AutonomyState, CellRead, CycleCounters, EventCounters, MAX_DURATION_PERIODS, ModelVersion,
+    PollStats, Record, RingReader, RingRef, SlotRead, read_autonomy, read_events, read_model,
+    read_slot, read_summary,
 };
 use crate::sync::Ordering;
 use crate::writer::flock;
@@ -77,13 +86,13 @@ pub enum OpenError {
         found: u64,
     },
     /// The file uses a layout version this reader does not know.
-    #[error("probe {path}: ABI version {found}, this reader supports {supported}")]
+    #[error("probe {path}: ABI version {found}, this reader supports 1 to {supported}")]
     UnsupportedAbi {
         /// The probe path.
         path: PathBuf,
         /// Version in the file.
         found: u32,
-        /// Version this crate reads.
+        /// Newest version this crate reads (it reads every version from 1).
         supported: u32,
     },
     /// A header field is out of range.
@@ -163,6 +172,16 @@ pub enum PollError {
     },
 }
 
+/// What a probe's deadline counters mean, by the ABI its producer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadlineSemantics {
+    /// ABI 2: a deadline miss is a completion after release + D, or a skipped activation.
+    Completion,
+    /// ABI 1: the producer predates deadlines. Activations, skipped and overruns are exact;
+    /// deadline misses were never measured.
+    Legacy,
+}
+
 /// The producer's identity, from the header at open time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeInfo {
@@ -173,6 +192,10 @@ pub struct ProbeInfo {
     pub period_ns: u64,
     /// Per-cycle budget (non-zero).
     pub budget_ns: u64,
+    /// Relative deadline D (non-zero); `None` for an ABI 1 producer, which declares none.
+    pub deadline_ns: Option<u64>,
+    /// Layout version of the file (1 or 2).
+    pub abi_version: u32,
     /// Ring slots.
     pub capacity: u32,
     /// Producer epoch.
@@ -186,6 +209,15 @@ pub struct ProbeInfo {
 }
 
 impl ProbeInfo {
+    /// What the deadline counters of this producer mean.
+    pub fn semantics(&self) -> DeadlineSemantics {
+        if self.deadline_ns.is_some() {
+            DeadlineSemantics::Completion
+        } else {
+            DeadlineSemantics::Legacy
+        }
+    }
+
     /// The loop name (up to the first NUL; invalid UTF-8 gives "").
     pub fn loop_name(&self) -> &str {
         let end = self
@@ -200,10 +232,21 @@ impl ProbeInfo {
     }
 }
 
+/// The last record the summary's counters include.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRecord {
+    /// The loop's cycle number.
+    pub cycle: u64,
+    /// Its planned release, CLOCK_MONOTONIC ns.
+    pub release_ns: u64,
+}
+
 /// Cumulative counters from the header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
-    /// Cycle counters, consistent with each other.
+    /// Cycle counters, consistent with each other (`activations` is `cycles + skipped`). With
+    /// [`DeadlineSemantics::Legacy`], `deadline_misses` is 0 and means nothing: use
+    /// [`Summary::deadline_misses`].
     pub cycles: CycleCounters,
     /// Event counters.
     pub events: EventCounters,
@@ -211,6 +254,35 @@ pub struct Summary {
     pub head: u64,
     /// End of the last recorded cycle, CLOCK_MONOTONIC ns.
     pub heartbeat_ns: u64,
+    /// What the deadline counters mean.
+    pub semantics: DeadlineSemantics,
+    /// The record the counters end with (record `cycles - 1`), read from the ring: `None` before
+    /// the first record, or when the ring no longer (or not yet) holds it whole.
+    pub last_record: Option<LastRecord>,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            cycles: CycleCounters::default(),
+            events: EventCounters::default(),
+            head: 0,
+            heartbeat_ns: 0,
+            semantics: DeadlineSemantics::Completion,
+            last_record: None,
+        }
+    }
+}
+
+impl Summary {
+    /// Activations that missed their deadline (late completions plus skipped), or `None` when
+    /// the producer (ABI 1) never measured them.
+    pub fn deadline_misses(&self) -> Option<u64> {
+        match self.semantics {
+            DeadlineSemantics::Completion => Some(self.cycles.deadline_misses),
+            DeadlineSemantics::Legacy => None,
+        }
+    }
 }
 
 /// Whether the producer is still there.
@@ -406,17 +478,41 @@ impl ProbeReader {
 
     fn summary_unguarded(&self) -> Result<Summary, PollError> {
         let h = self.header();
-        let cycles = read_summary(&h.summary).ok_or(PollError::Busy { what: "summary" })?;
-        if cycles.misses > cycles.cycles {
-            return Err(PollError::Implausible {
-                what: "more misses than cycles",
-            });
+        let mut cycles = read_summary(&h.summary).ok_or(PollError::Busy { what: "summary" })?;
+        let semantics = self.info.semantics();
+        let implausible = |what| Err(PollError::Implausible { what });
+        if cycles.overruns > cycles.cycles {
+            return implausible("more overruns than cycles");
         }
         if cycles.max_duration_ns > cycles.sum_duration_ns {
-            return Err(PollError::Implausible {
-                what: "longest cycle exceeds the sum of all cycles",
-            });
+            return implausible("longest cycle exceeds the sum of all cycles");
         }
+        match semantics {
+            DeadlineSemantics::Completion => {
+                if cycles.deadline_misses > cycles.activations {
+                    return implausible("more deadline misses than activations");
+                }
+                if cycles.deadline_misses < cycles.skipped {
+                    return implausible("fewer deadline misses than skipped activations");
+                }
+            }
+            // Reserved (zero) in ABI 1: nothing is invented.
+            DeadlineSemantics::Legacy => cycles.deadline_misses = 0,
+        }
+        // The record the counters end with, whole (else unknown this time: the producer has
+        // lapped it, or is writing it).
+        let last_record = cycles.cycles.checked_sub(1).and_then(|n| {
+            let slot = self
+                .slots()
+                .get((n & u64::from(self.info.capacity - 1)) as usize)?;
+            match read_slot(slot, n) {
+                SlotRead::Whole(r) => Some(LastRecord {
+                    cycle: r.cycle,
+                    release_ns: r.release_ns,
+                }),
+                SlotRead::Overwritten | SlotRead::Torn => None,
+            }
+        });
         let events = read_events(&h.events);
         let head = h.head.load(Ordering::Relaxed);
         let heartbeat_ns = h.heartbeat_ns.load(Ordering::Relaxed);
@@ -425,6 +521,8 @@ impl ProbeReader {
             events,
             head,
             heartbeat_ns,
+            semantics,
+            last_record,
         })
     }
 
@@ -637,7 +735,7 @@ fn parse_header(path: &Path, raw: &[u8]) -> Result<ProbeInfo, OpenError> {
         });
     }
     let abi = u32_at(raw, 8);
-    if abi != ABI_VERSION {
+    if !(MIN_ABI_VERSION..=ABI_VERSION).contains(&abi) {
         return Err(OpenError::UnsupportedAbi {
             path: p(),
             found: abi,
@@ -668,6 +766,15 @@ fn parse_header(path: &Path, raw: &[u8]) -> Result<ProbeInfo, OpenError> {
     if epoch == 0 {
         return Err(invalid("epoch", 0));
     }
+    let deadline_ns = if abi >= 2 {
+        let d = u64_at(raw, 112);
+        if d == 0 || d > period_ns.saturating_mul(MAX_DURATION_PERIODS) {
+            return Err(invalid("deadline_ns", d));
+        }
+        Some(d)
+    } else {
+        None
+    };
     let mut boot_id = [0u8; 16];
     boot_id.copy_from_slice(raw.get(64..80).unwrap_or(&[0; 16]));
     let mut loop_name = [0u8; LOOP_NAME_CAPACITY];
@@ -677,6 +784,8 @@ fn parse_header(path: &Path, raw: &[u8]) -> Result<ProbeInfo, OpenError> {
         loop_name,
         period_ns,
         budget_ns,
+        deadline_ns,
+        abi_version: abi,
         capacity,
         epoch,
         boot_id,

@@ -8,6 +8,8 @@
 //! - The producer holds `flock(LOCK_EX)` on the file for its whole life, through an fd it never
 //!   closes before the mapping; the agent's `LOCK_SH | LOCK_NB` probe succeeding means it died.
 //! - The file is created mode 0640 and never shrunk.
+//! - The header carries the relative deadline in effect, never 0: a config's 0 is written as the
+//!   period. The record path judges every cycle against it and the budget.
 //! - [`ProbeWriter::record`] makes no syscalls, takes no locks, never allocates and never waits;
 //!   it is the only method that needs `&mut`, so one thread records.
 //! - [`ProbeHandle`] methods may be called from any producer thread; the seqlocked ones return
@@ -28,7 +30,8 @@ use crate::layout::{
     MIN_CAPACITY, SLOT_SIZE, Slot, file_size, pack_bytes, recommended_capacity,
 };
 use crate::protocol::{
-    Cycle, ModelVersion, RingRef, RingWriter, SlotBusy, init_autonomy, write_autonomy, write_model,
+    Cycle, Judgement, MAX_DURATION_PERIODS, ModelVersion, RingRef, RingWriter, SlotBusy,
+    init_autonomy, write_autonomy, write_model,
 };
 use crate::sync::Ordering;
 
@@ -56,8 +59,11 @@ pub struct WriterConfig {
     pub loop_name: String,
     /// Nominal period; non-zero.
     pub period_ns: u64,
-    /// Per-cycle budget; non-zero.
+    /// Per-cycle execution budget; non-zero. A longer duration is an overrun (a diagnostic).
     pub budget_ns: u64,
+    /// Relative deadline D: an activation whose completion (start + duration) comes after its
+    /// release + D misses its deadline. 0 means D = period (an implicit deadline).
+    pub deadline_ns: u64,
     /// Ring slots; a power of two from 2 to 2^20.
     pub capacity: u32,
     /// Whether `mlock` must succeed.
@@ -65,15 +71,26 @@ pub struct WriterConfig {
 }
 
 impl WriterConfig {
-    /// A config with the recommended capacity for `period_ns` and best-effort locking.
+    /// A config with the deadline at the end of the period, the recommended capacity for
+    /// `period_ns` and best-effort locking.
     pub fn new(loop_id: u32, loop_name: &str, period_ns: u64, budget_ns: u64) -> WriterConfig {
         WriterConfig {
             loop_id,
             loop_name: loop_name.to_owned(),
             period_ns,
             budget_ns,
+            deadline_ns: 0,
             capacity: recommended_capacity(period_ns),
             memory_lock: MemoryLock::BestEffort,
+        }
+    }
+
+    /// The relative deadline in effect: `deadline_ns`, or the period when it is 0.
+    pub fn effective_deadline_ns(&self) -> u64 {
+        if self.deadline_ns == 0 {
+            self.period_ns
+        } else {
+            self.deadline_ns
         }
     }
 
@@ -84,6 +101,12 @@ impl WriterConfig {
         }
         if self.budget_ns == 0 {
             return bad("budget_ns", "must be greater than zero");
+        }
+        if self.deadline_ns > self.period_ns.saturating_mul(MAX_DURATION_PERIODS) {
+            return bad(
+                "deadline_ns",
+                "must be 0 (the period) or at most 1000 periods",
+            );
         }
         if !self.capacity.is_power_of_two()
             || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&self.capacity)
@@ -336,12 +359,20 @@ impl ProbeWriter {
             handle: ProbeHandle {
                 shared: Arc::new(shared),
             },
-            ring: RingWriter::new(config.capacity, config.budget_ns, config.loop_id),
+            ring: RingWriter::new(
+                config.capacity,
+                Judgement {
+                    budget_ns: config.budget_ns,
+                    deadline_ns: config.effective_deadline_ns(),
+                },
+                config.loop_id,
+            ),
         })
     }
 
     /// Records one cycle. No syscalls, no locks, no allocation, no waiting.
-    /// Returns the flags stored with it (the probe adds `FLAG_OVERRUN` and `FLAG_SKIPPED`).
+    /// Returns the flags stored with it (the probe adds `FLAG_OVERRUN`, `FLAG_DEADLINE_MISS`
+    /// and `FLAG_SKIPPED`).
     #[inline]
     pub fn record(&mut self, cycle: &Cycle) -> u32 {
         let sh = &*self.handle.shared;
@@ -386,6 +417,8 @@ fn init_file(sh: &Shared, config: &WriterConfig, start_ns: u64) {
     h.pid.store(std::process::id(), Ordering::Relaxed);
     h.period_ns.store(config.period_ns, Ordering::Relaxed);
     h.budget_ns.store(config.budget_ns, Ordering::Relaxed);
+    h.deadline_ns
+        .store(config.effective_deadline_ns(), Ordering::Relaxed);
     h.epoch.store(sh.epoch, Ordering::Relaxed);
     h.start_ns.store(start_ns, Ordering::Relaxed);
     let boot: [u64; 2] = pack_bytes(&boot_id());

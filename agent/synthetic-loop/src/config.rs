@@ -27,6 +27,7 @@ const MAX_RATE_HZ: f64 = 100_000.0;
              and model versions. Prints a JSON summary on exit.",
     after_help = "Pattern rules (--event, or one per line in --script; see README.md):\n  \
                   overrun 2x at cycles 100..110   skip every 97   fallback at cycle 300\n  \
+                  late-start 45ms at cycle 200   hang 2s at 4s\n  \
                   mode manual at 1.2s   intervention at 800ms   safe-stop at 1.5s\n  \
                   model yolo-v8.1 hash=0xfeed at 0s"
 )]
@@ -46,6 +47,10 @@ pub struct RawConfig {
     /// Per-cycle budget in milliseconds.
     #[arg(long)]
     pub budget_ms: f64,
+    /// Relative deadline (e.g. 35ms): a cycle completing later than this after its release
+    /// misses its deadline. Default: the period.
+    #[arg(long, value_name = "TIME")]
+    pub deadline: Option<String>,
     /// Run time (e.g. 2s, 500ms); without it, run until SIGTERM or SIGINT.
     #[arg(long)]
     pub duration: Option<String>,
@@ -89,6 +94,8 @@ pub struct Config {
     pub period_ns: u64,
     /// Budget (≤ period).
     pub budget_ns: u64,
+    /// Relative deadline (non-zero; the period unless `--deadline` says otherwise).
+    pub deadline_ns: u64,
     /// Activations to run, or until a stop signal.
     pub activations: Option<u64>,
     /// SCHED_FIFO priority.
@@ -122,6 +129,20 @@ impl Config {
                 "must not exceed the period (1000 / --rate-hz ms)",
             ));
         }
+        let deadline_ns = match &flags.deadline {
+            None => period_ns,
+            Some(d) => {
+                let secs = parse_time(d).map_err(|e| bad("--deadline", e))?;
+                let ns = (secs * 1e9).round() as u64;
+                if ns == 0 || ns > period_ns.saturating_mul(1000) {
+                    return Err(bad(
+                        "--deadline",
+                        "must be above 0 and at most 1000 periods",
+                    ));
+                }
+                ns
+            }
+        };
         let activations = match &flags.duration {
             None => None,
             Some(d) => {
@@ -167,6 +188,7 @@ impl Config {
             rate_hz: rate,
             period_ns,
             budget_ns,
+            deadline_ns,
             activations,
             fifo: flags.fifo,
             cpu: flags.cpu,
@@ -205,9 +227,38 @@ mod tests {
         .unwrap();
         assert_eq!(c.period_ns, 40_000_000);
         assert_eq!(c.budget_ns, 40_000_000);
+        assert_eq!(
+            c.deadline_ns, 40_000_000,
+            "the deadline defaults to the period"
+        );
         assert_eq!(c.activations, Some(50));
         assert_eq!(c.capacity, 1024);
         assert_eq!(c.schedule.rules().len(), 2);
+    }
+
+    #[test]
+    fn a_declared_deadline_is_kept_in_ns() {
+        let c = Config::from_raw(
+            &flags(&["--rate-hz", "25", "--budget-ms", "20", "--deadline", "35ms"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.deadline_ns, 35_000_000);
+        for bad_deadline in ["0ms", "41s", "35"] {
+            let e = Config::from_raw(
+                &flags(&[
+                    "--rate-hz",
+                    "25",
+                    "--budget-ms",
+                    "20",
+                    "--deadline",
+                    bad_deadline,
+                ]),
+                None,
+            )
+            .unwrap_err();
+            assert_eq!(e.key, "--deadline", "{bad_deadline}: {e}");
+        }
     }
 
     #[test]

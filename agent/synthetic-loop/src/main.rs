@@ -87,6 +87,7 @@ fn set_up_and_run(cfg: &Config) -> Result<run::Outcome, (u8, String)> {
         }
     };
     let mut wc = WriterConfig::new(cfg.loop_id, &cfg.loop_name, cfg.period_ns, cfg.budget_ns);
+    wc.deadline_ns = cfg.deadline_ns;
     wc.capacity = cfg.capacity;
     if cfg.require_rt {
         wc.memory_lock = MemoryLock::Required;

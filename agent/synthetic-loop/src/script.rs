@@ -12,6 +12,9 @@
 //! ```text
 //! rule   := action when
 //! action := "overrun" FACTOR "x"       busy-spin FACTOR × budget (FACTOR > 1)
+//!         | "late-start" TIME          start TIME after the release (combines with overrun)
+//!         | "hang" TIME                stop for TIME from the release: no records, no heartbeat;
+//!                                      resume at the first release at or after its end
 //!         | "skip"                     skip the activation: nothing runs, nothing is recorded
 //!         | "fallback"                 report a fallback to the safety controller
 //!         | "intervention"             report an operator intervention
@@ -24,8 +27,10 @@
 //!         | "every" N ["from" A]       cycles A, A+N, A+2N, … (A defaults to N)
 //! ```
 //!
+//! TIME in an action is `20ms` or `1.5s`, or a number and a unit as two words (`20 ms`).
+//!
 //! Examples: `overrun 2x at cycles 100..110`, `skip every 97`, `mode manual at 1.2s`,
-//! `model yolo-v8.1 hash=0xfeed at 0s`.
+//! `model yolo-v8.1 hash=0xfeed at 0s`, `late-start 45 ms at cycle 300`, `hang 2s at 4s`.
 
 use loop_probe::AutonomyMode;
 
@@ -37,6 +42,10 @@ const MODEL_VERSION_MAX: usize = 64;
 pub enum Action {
     /// Busy-spin this many budgets.
     Overrun(f64),
+    /// Start this many ns after the release.
+    LateStart(u64),
+    /// Stop for this many ns from the release (no records, no heartbeat).
+    Hang(u64),
     /// Skip the activation.
     Skip,
     /// Report a fallback to the safety controller.
@@ -116,6 +125,10 @@ pub struct CyclePlan<'a> {
     pub skip: bool,
     /// Largest overrun factor that applies.
     pub overrun: Option<f64>,
+    /// Longest late start that applies, ns after the release.
+    pub late_start_ns: Option<u64>,
+    /// Longest hang that applies, ns from the release.
+    pub hang_ns: Option<u64>,
     /// Report a fallback.
     pub fallback: bool,
     /// Interventions to report.
@@ -140,6 +153,19 @@ impl Schedule {
         &self.rules
     }
 
+    /// Every model version the schedule can publish, in rule order, each once.
+    pub fn model_versions(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for r in &self.rules {
+            if let Action::Model { version, .. } = &r.action
+                && !out.contains(&version.as_str())
+            {
+                out.push(version);
+            }
+        }
+        out
+    }
+
     /// What cycle `cycle` must do.
     pub fn plan(&self, cycle: u64) -> CyclePlan<'_> {
         let mut p = CyclePlan::default();
@@ -147,6 +173,8 @@ impl Schedule {
             match &r.action {
                 Action::Skip => p.skip = true,
                 Action::Overrun(f) => p.overrun = Some(p.overrun.map_or(*f, |o| o.max(*f))),
+                Action::LateStart(ns) => p.late_start_ns = p.late_start_ns.max(Some(*ns)),
+                Action::Hang(ns) => p.hang_ns = p.hang_ns.max(Some(*ns)),
                 Action::Fallback => p.fallback = true,
                 Action::Intervention => p.interventions += 1,
                 Action::SafeStop => p.safe_stops += 1,
@@ -202,6 +230,14 @@ fn parse_action(words: &[&str]) -> Result<Action, String> {
             }
             Ok(Action::Overrun(f))
         }
+        ["late-start", time @ ..] => Ok(Action::LateStart(action_time(time)?)),
+        ["hang", time @ ..] => {
+            let ns = action_time(time)?;
+            if ns == 0 {
+                return Err("a hang needs a time above 0".into());
+            }
+            Ok(Action::Hang(ns))
+        }
         ["skip"] => Ok(Action::Skip),
         ["fallback"] => Ok(Action::Fallback),
         ["intervention"] => Ok(Action::Intervention),
@@ -242,6 +278,19 @@ fn parse_action(words: &[&str]) -> Result<Action, String> {
         [] => Err("missing action".into()),
         [other, ..] => Err(format!("unknown action `{other}`")),
     }
+}
+
+/// Nanoseconds from an action's TIME: one word (`20ms`) or a number and a unit (`20 ms`).
+fn action_time(words: &[&str]) -> Result<u64, String> {
+    let secs = match words {
+        [t] => parse_time(t)?,
+        [n, unit @ ("s" | "ms")] => parse_time(&format!("{n}{unit}"))?,
+        _ => return Err("expected a time such as `20ms`, `20 ms` or `1.5s`".into()),
+    };
+    if secs > 3600.0 {
+        return Err("a time in an action must be at most 3600s".into());
+    }
+    Ok((secs * 1e9).round() as u64)
 }
 
 fn parse_u64(w: &str) -> Result<u64, String> {
@@ -366,6 +415,25 @@ mod tests {
                 version: "v2".into()
             }
         );
+        assert_eq!(
+            rule("late-start 45 ms at cycle 3").action,
+            Action::LateStart(45_000_000)
+        );
+        assert_eq!(
+            rule("late-start 2.5ms every 10").action,
+            Action::LateStart(2_500_000)
+        );
+        assert_eq!(
+            rule("hang 2s at 4s"),
+            Rule {
+                action: Action::Hang(2_000_000_000),
+                when: When::Range { from: 400, to: 401 }
+            }
+        );
+        assert_eq!(
+            rule("hang 500 ms at cycle 9").action,
+            Action::Hang(500_000_000)
+        );
     }
 
     #[test]
@@ -381,6 +449,12 @@ mod tests {
             ("skip every 0", "N ≥ 1"),
             ("skip at -1s", "not negative"),
             ("model v1 hash=zz at 0s", "not hexadecimal"),
+            ("late-start at cycle 1", "expected a time"),
+            ("late-start 20 at cycle 1", "needs a unit"),
+            ("late-start 20 us at cycle 1", "expected a time"),
+            ("hang 0s at cycle 1", "above 0"),
+            ("hang 2h at cycle 1", "needs a unit"),
+            ("hang 7200s at cycle 1", "at most 3600s"),
         ] {
             let e = parse_rule(text, 100.0).unwrap_err();
             assert!(e.reason.contains(needle), "{text}: {e}");
@@ -407,6 +481,9 @@ mod tests {
                 "intervention every 20",
                 "mode manual at cycle 20",
                 "model m2 at cycle 20",
+                "late-start 5ms at cycle 20",
+                "late-start 7ms at cycles 20..22",
+                "hang 1s at cycle 50",
             ]
             .into_iter()
             .map(rule)
@@ -422,5 +499,10 @@ mod tests {
         assert_eq!(sched.plan(0).overrun, None);
         assert_eq!(sched.plan(19).overrun, Some(3.0));
         assert_eq!(sched.plan(40).overrun, Some(2.0));
+        assert_eq!(p.late_start_ns, Some(7_000_000), "the longest late start");
+        assert_eq!(sched.plan(21).late_start_ns, Some(7_000_000));
+        assert_eq!(sched.plan(22).late_start_ns, None);
+        assert_eq!(sched.plan(50).hang_ns, Some(1_000_000_000));
+        assert_eq!(p.hang_ns, None);
     }
 }

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use loop_probe::{AutonomyMode, FLAG_FALLBACK, Liveness, ProbeReader, Record, RestartReason};
+use loop_probe::{
+    AutonomyMode, FLAG_DEADLINE_MISS, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED, Liveness,
+    ProbeReader, Record, RestartReason,
+};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgewatch-synthetic-loop");
@@ -188,6 +191,19 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
         (Some(1), Some(1), Some(1))
     );
     assert_eq!(j["model_version"], "det-1.1");
+    let total = &j["tally"]["total"];
+    assert_eq!(
+        (total["activations"].as_u64(), total["skipped"].as_u64()),
+        (Some(200), Some(5))
+    );
+    assert_eq!(total["fallbacks"], 1);
+    let per_model_activations: u64 = j["tally"]["models"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["activations"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_model_activations, 200);
     let observed = j["misses_observed"].as_u64().unwrap();
     assert!(
         observed >= 8,
@@ -205,7 +221,13 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
     let s = r.summary().unwrap();
     assert_eq!(s.cycles.cycles, 195);
     assert_eq!(s.cycles.skipped, 5);
-    assert_eq!(s.cycles.misses, observed);
+    assert_eq!(s.cycles.overruns, observed);
+    assert_eq!(s.cycles.activations, 200);
+    assert_eq!(
+        s.deadline_misses(),
+        total["deadline_misses"].as_u64(),
+        "the loop's own clock and the probe judge every completion alike"
+    );
     assert_eq!(
         (
             s.events.fallbacks,
@@ -227,6 +249,10 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
             mode.name()
         );
     }
+    assert_eq!(
+        total["autonomous_ns"], j["autonomy_ns"]["autonomous"],
+        "autonomous time split by model adds up"
+    );
     let manual_s = j["autonomy_seconds"]["manual"].as_f64().unwrap();
     assert!(
         (0.1..0.3).contains(&manual_s),
@@ -257,6 +283,97 @@ fn a_scripted_run_reports_what_it_injected_and_the_probe_agrees() {
             .all(|w| w[1].release_ns - w[0].release_ns == 5_000_000 * (w[1].cycle - w[0].cycle))
     );
     assert_eq!(r.liveness(now()).unwrap(), Liveness::Dead);
+}
+
+#[test]
+fn late_starts_and_a_hang_are_deadline_misses_in_the_loops_own_tally_and_in_the_probe_alike() {
+    let dir = scratch();
+    let probe = probe_in(&dir);
+    // 100 Hz for 2 s: activations 0..199, period and deadline 10 ms, budget 3 ms.
+    let out = cmd(
+        &probe,
+        &[
+            "--rate-hz",
+            "100",
+            "--budget-ms",
+            "3",
+            "--duration",
+            "2s",
+            "--event",
+            "late-start 12ms at cycle 20",
+            "--event",
+            "overrun 2x at cycle 40",
+            "--event",
+            "late-start 5 ms at cycle 60",
+            "--event",
+            "overrun 2x at cycle 60",
+            "--event",
+            "hang 200ms at cycle 100",
+            "--event",
+            "model m-2 at cycle 110",
+            "--event",
+            "skip at cycle 150",
+        ],
+    )
+    .output()
+    .unwrap();
+    let j = json(&out);
+    let total = &j["tally"]["total"];
+    assert_eq!(j["deadline_ns"], 10_000_000);
+    assert_eq!(
+        (
+            j["late_starts_injected"].as_u64(),
+            j["hangs_injected"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+    // The hang swallows 100..119 (it resumes at the release 200 ms after 100's); 150 is skipped.
+    assert_eq!(total["activations"], 200);
+    assert_eq!(total["skipped"], 21);
+    assert_eq!(j["skipped_injected"], 21);
+    assert_eq!(j["cycles"], 179);
+    let misses = total["deadline_misses"].as_u64().unwrap();
+    // 20 (completes 12 ms after its release) and 60 (5 ms late, then 6 ms) miss; 40 overruns
+    // and meets its deadline; every skipped activation misses.
+    assert!(misses >= 21 + 2, "{total}");
+    assert!(total["overruns"].as_u64().unwrap() >= 2, "{total}");
+    assert_eq!(total["overruns"], j["misses_observed"]);
+    // Activations skipped by the hang are counted under the model in effect then; m-2 is
+    // published during the hang and takes effect when the loop resumes.
+    let models = &j["tally"]["models"];
+    assert_eq!(models[""]["skipped"], 20);
+    assert_eq!(models["m-2"]["skipped"], 1);
+    assert_eq!(
+        models[""]["activations"].as_u64().unwrap()
+            + models["m-2"]["activations"].as_u64().unwrap(),
+        200
+    );
+
+    // The probe, read independently, agrees to the activation.
+    let mut r = ProbeReader::open(&probe).unwrap();
+    assert_eq!(r.info().deadline_ns, Some(10_000_000));
+    let s = r.summary().unwrap();
+    assert_eq!(s.cycles.activations, 200);
+    assert_eq!(s.cycles.skipped, 21);
+    assert_eq!(s.deadline_misses(), Some(misses));
+    assert_eq!(s.cycles.overruns, total["overruns"].as_u64().unwrap());
+    let mut recs = Vec::new();
+    r.poll(now(), &mut |rec: &Record| recs.push(*rec)).unwrap();
+    let rec = |c: u64| *recs.iter().find(|r| r.cycle == c).unwrap();
+    assert_ne!(rec(20).flags & FLAG_DEADLINE_MISS, 0, "{:?}", rec(20));
+    assert!(rec(20).latency_ns() >= 12_000_000);
+    assert_ne!(rec(40).flags & FLAG_OVERRUN, 0, "{:?}", rec(40));
+    assert_ne!(rec(60).flags & (FLAG_OVERRUN | FLAG_DEADLINE_MISS), 0);
+    assert_eq!(rec(60).flags & FLAG_DEADLINE_MISS, FLAG_DEADLINE_MISS);
+    assert_eq!(
+        rec(120).flags & FLAG_SKIPPED,
+        FLAG_SKIPPED,
+        "the hang is a gap"
+    );
+    assert!(recs.iter().all(|r| !(100..120).contains(&r.cycle)));
+    // The hang's gap in heartbeats: nothing completed between 99's release and 120's.
+    let (before, after) = (rec(99), rec(120));
+    assert!(after.start_ns - before.completion_ns() >= 190_000_000);
 }
 
 #[test]

@@ -108,6 +108,16 @@ pub struct LatencyHistogram {
     pub counts: ::prost::alloc::vec::Vec<u64>,
 }
 /// SLO tier. Cumulative deadline counters of one loop, under one model version, since start.
+///
+/// Deadline semantics (fields 14-18): activation k of the loop is released at r_k, starts at s_k,
+/// runs for C_k and completes at f_k = s_k + C_k. It misses its deadline when f_k > r_k + D, D being
+/// the loop's relative deadline (`deadline_ns`); an activation that never ran (skipped) is a miss.
+/// The SLI is (activations - deadline_misses) / activations. Overruns (C_k > budget) and start
+/// lateness (s_k - r_k, in `response_time`) are diagnostics, never in the SLI.
+///
+/// Fields 7-9 are the counters of agents from before deadline semantics and keep their meaning,
+/// so a gateway that reads only them works as before; a series never mixes the two meanings,
+/// since the new ones travel under their own fields.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct DeadlineCounters {
     #[prost(message, optional, tag = "1")]
@@ -122,15 +132,18 @@ pub struct DeadlineCounters {
     pub producer_epoch: u64,
     #[prost(uint64, tag = "5")]
     pub period_ns: u64,
+    /// Execution budget: a step running longer is an overrun.
     #[prost(uint64, tag = "6")]
     pub budget_ns: u64,
-    /// Control steps executed.
+    /// Deprecated for the SLI (use `activations`): control steps executed and recorded.
     #[prost(uint64, tag = "7")]
     pub cycles: u64,
-    /// Control steps that exceeded their budget.
+    /// Deprecated (use `deadline_misses`, or `overruns` for this value): control steps whose duration
+    /// exceeded the budget, i.e. execution overruns, not deadline misses. Always equal to `overruns`.
     #[prost(uint64, tag = "8")]
     pub misses: u64,
-    /// Activations that never ran (the loop fell behind by whole periods).
+    /// Activations that never ran (the loop fell behind by whole periods), as the probe counted
+    /// them. Each is also in `activations` and `deadline_misses` (when present).
     #[prost(uint64, tag = "9")]
     pub skipped: u64,
     #[prost(uint64, tag = "10")]
@@ -142,8 +155,35 @@ pub struct DeadlineCounters {
     /// Mode the machine was in for these steps; UNSPECIFIED when not split by mode.
     #[prost(enumeration = "AutonomyMode", tag = "13")]
     pub mode: i32,
+    /// Activations released: recorded cycles plus skipped ones, plus activations whose absolute
+    /// deadline passed while a live loop recorded nothing (counted provisionally by the agent, and
+    /// taken over by the probe's own counts when the loop recovers). Never decreases within a
+    /// series; summed over a producer epoch's series, at least their `cycles + skipped` (a single
+    /// series can hold less when the loop hung under one model version and recovered under
+    /// another: the provisional counts stay with the first). The SLI's total. Absent from agents
+    /// before deadline semantics.
+    #[prost(uint64, optional, tag = "14")]
+    pub activations: ::core::option::Option<u64>,
+    /// Activations that missed their deadline: completed after release + `deadline_ns`, or never ran
+    /// (skipped, or overdue while a live loop was silent, as for `activations`). Never decreases
+    /// within a series; at most `activations`. The SLI's bad events. Absent when the probe predates
+    /// deadlines (semantics LEGACY_PROBE) and from agents before deadline semantics.
+    #[prost(uint64, optional, tag = "15")]
+    pub deadline_misses: ::core::option::Option<u64>,
+    /// Execution overruns: steps whose duration exceeded `budget_ns`. A diagnostic.
+    #[prost(uint64, optional, tag = "16")]
+    pub overruns: ::core::option::Option<u64>,
+    /// The loop's relative deadline D; 0 when the probe declares none (LEGACY_PROBE).
+    #[prost(uint64, tag = "17")]
+    pub deadline_ns: u64,
+    /// What these counters mean.
+    #[prost(enumeration = "DeadlineSemantics", tag = "18")]
+    pub semantics: i32,
 }
-/// Safety tier. k consecutive misses, or m misses within a window of cycles.
+/// Safety tier. k consecutive misses, or m misses within a window of cycles. What a miss is, is
+/// said by `semantics`: COMPLETION, a deadline miss (a completion after release + deadline, or a
+/// skipped activation, which also extends a run); LEGACY_PROBE or UNSPECIFIED, an execution
+/// overrun (skipped activations neither count nor break a run).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct DeadlineMissBurst {
     #[prost(message, optional, tag = "1")]
@@ -161,10 +201,14 @@ pub struct DeadlineMissBurst {
     pub first_cycle: u64,
     #[prost(uint64, tag = "7")]
     pub last_cycle: u64,
+    /// Longest duration among the misses that ran (skipped activations have none).
     #[prost(uint64, tag = "8")]
     pub worst_duration_ns: u64,
     #[prost(enumeration = "AutonomyMode", tag = "9")]
     pub mode: i32,
+    /// What `misses` counts.
+    #[prost(enumeration = "DeadlineSemantics", tag = "10")]
+    pub semantics: i32,
 }
 /// Safety tier. The control loop handed control to the safety controller.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -603,6 +647,41 @@ impl AutonomyMode {
             "AUTONOMY_MODE_MANUAL" => Some(Self::Manual),
             "AUTONOMY_MODE_TELEOPERATED" => Some(Self::Teleoperated),
             "AUTONOMY_MODE_IDLE" => Some(Self::Idle),
+            _ => None,
+        }
+    }
+}
+/// What a loop's deadline counters mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum DeadlineSemantics {
+    /// Sent by an agent from before deadline semantics: `misses` counts execution overruns, and
+    /// `activations`, `deadline_misses` and `overruns` are absent.
+    Unspecified = 0,
+    /// A deadline miss is a completion after release + `deadline_ns`, or an activation that never ran.
+    Completion = 1,
+    /// The loop's probe (ABI 1) predates declared deadlines: `activations`, `skipped` and `overruns`
+    /// are exact; completions were never judged against a deadline, so `deadline_misses` is absent.
+    LegacyProbe = 2,
+}
+impl DeadlineSemantics {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "DEADLINE_SEMANTICS_UNSPECIFIED",
+            Self::Completion => "DEADLINE_SEMANTICS_COMPLETION",
+            Self::LegacyProbe => "DEADLINE_SEMANTICS_LEGACY_PROBE",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "DEADLINE_SEMANTICS_UNSPECIFIED" => Some(Self::Unspecified),
+            "DEADLINE_SEMANTICS_COMPLETION" => Some(Self::Completion),
+            "DEADLINE_SEMANTICS_LEGACY_PROBE" => Some(Self::LegacyProbe),
             _ => None,
         }
     }

@@ -29,13 +29,24 @@ fn assert_whole(r: &Record) {
     assert_eq!(r.loop_id, 9);
 }
 
-/// Counters after `k` records of `cycle_for`: misses on odd cycles.
+/// Budget 20 and deadline 1040 after release: `cycle_for` starts 1000 after its release, so
+/// the odd cycles (duration 50) overrun and complete past their deadline, the even ones (10)
+/// do neither.
+const JUDGE: Judgement = Judgement {
+    budget_ns: 20,
+    deadline_ns: 1040,
+};
+
+/// Counters after `k` records of `cycle_for`: overruns and deadline misses on odd cycles.
 fn counters_after(k: u64) -> CycleCounters {
     let mut c = CycleCounters::default();
     for i in 0..k {
-        let d = cycle_for(i).duration_ns;
+        let r = cycle_for(i);
+        let d = r.duration_ns;
         c.cycles += 1;
-        c.misses += u64::from(d > 20);
+        c.activations += 1;
+        c.overruns += u64::from(d > 20);
+        c.deadline_misses += u64::from(d > 20);
         c.max_duration_ns = c.max_duration_ns.max(d);
         c.sum_duration_ns += d;
     }
@@ -57,7 +68,7 @@ fn loom_reader_rejects_torn_slots_and_accounts_for_every_record() {
         let ring = Arc::new(zeroed::Ring::new(2));
         let w_ring = ring.clone();
         let writer = thread::spawn(move || {
-            let mut w = RingWriter::new(2, 20, 9);
+            let mut w = RingWriter::new(2, JUDGE, 9);
             for i in 0..RECORDS {
                 w.record(&w_ring.ring_ref(), &cycle_for(i));
             }
@@ -94,7 +105,7 @@ fn loom_summary_is_never_torn() {
         let ring = Arc::new(zeroed::Ring::new(2));
         let w_ring = ring.clone();
         let writer = thread::spawn(move || {
-            let mut w = RingWriter::new(2, 20, 9);
+            let mut w = RingWriter::new(2, JUDGE, 9);
             for i in 0..RECORDS {
                 w.record(&w_ring.ring_ref(), &cycle_for(i));
             }
@@ -116,13 +127,15 @@ fn loom_summary_stays_whole_when_the_writer_stops_mid_update() {
         let ring = Arc::new(zeroed::Ring::new(2));
         let w_ring = ring.clone();
         let writer = thread::spawn(move || {
-            let mut w = RingWriter::new(2, 20, 9);
+            let mut w = RingWriter::new(2, JUDGE, 9);
             w.record(&w_ring.ring_ref(), &cycle_for(0));
-            // The producer dies inside the second update: latch odd, copy 0 half written.
+            // The producer dies inside the second update: latch odd, copy 0 half written (its
+            // counters and its deadline misses).
             let s = &w_ring.summary;
             s.seq.store(3, Ordering::Release);
             fence(Ordering::Release);
             s.copies[0].cycles.store(2, Ordering::Relaxed);
+            s.deadline_misses[0].store(2, Ordering::Relaxed);
         });
         let ok = [counters_after(0), counters_after(1)];
         if let Some(s) = read_summary(&ring.summary) {

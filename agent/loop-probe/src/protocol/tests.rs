@@ -7,6 +7,14 @@ use crate::layout::{AutonomyMode, FLAG_DEGRADED, FLAG_FALLBACK, zeroed};
 const PERIOD: u64 = 1_000_000;
 const BUDGET: u64 = 400_000;
 
+/// The budget, and the deadline at the end of the period.
+fn judge() -> Judgement {
+    Judgement {
+        budget_ns: BUDGET,
+        deadline_ns: PERIOD,
+    }
+}
+
 fn cycle(i: u64, duration_ns: u64) -> Cycle {
     Cycle {
         cycle: i,
@@ -44,25 +52,27 @@ fn crash_inside_record(
         ring.summary.copies[0]
             .cycles
             .store(next.cycles, Ordering::Relaxed);
+        ring.summary.deadline_misses[0].store(next.deadline_misses, Ordering::Relaxed);
     }
     if steps >= 2 {
         slot.release_ns.store(c.release_ns, Ordering::Relaxed);
         slot.start_ns.store(c.start_ns, Ordering::Relaxed);
         slot.cycle.store(c.cycle, Ordering::Relaxed);
-        store_words(&ring.summary.copies[0], next);
+        store_words(&ring.summary, 0, next);
         slot.seq.store(2 * n + 2, Ordering::Relaxed);
         ring.head.store(n + 1, Ordering::Relaxed);
         ring.summary.seq.store(k + 2, Ordering::Relaxed);
         ring.summary.copies[1]
-            .misses
-            .store(next.misses, Ordering::Relaxed);
+            .overruns
+            .store(next.overruns, Ordering::Relaxed);
+        ring.summary.deadline_misses[1].store(next.deadline_misses, Ordering::Relaxed);
     }
 }
 
 #[test]
 fn records_come_back_whole_and_in_order() {
     let ring = zeroed::Ring::new(8);
-    let mut w = RingWriter::new(8, BUDGET, 7);
+    let mut w = RingWriter::new(8, judge(), 7);
     for i in 0..5 {
         w.record(&ring.ring_ref(), &cycle(i, 100_000 + i));
     }
@@ -88,7 +98,7 @@ fn records_come_back_whole_and_in_order() {
 #[test]
 fn records_overwritten_before_the_reader_came_are_counted_as_lost() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     for i in 0..10 {
         w.record(&ring.ring_ref(), &cycle(i, 1));
     }
@@ -105,7 +115,7 @@ fn records_overwritten_before_the_reader_came_are_counted_as_lost() {
 #[test]
 fn overruns_and_cycle_gaps_set_flags_and_counters() {
     let ring = zeroed::Ring::new(8);
-    let mut w = RingWriter::new(8, BUDGET, 1);
+    let mut w = RingWriter::new(8, judge(), 1);
     let rr = ring.ring_ref();
     assert_eq!(w.record(&rr, &cycle(0, BUDGET)), 0);
     assert_eq!(w.record(&rr, &cycle(1, BUDGET + 1)), FLAG_OVERRUN);
@@ -118,10 +128,12 @@ fn overruns_and_cycle_gaps_set_flags_and_counters() {
         s,
         CycleCounters {
             cycles: 4,
-            misses: 1,
+            overruns: 1,
             skipped: 2,
             max_duration_ns: BUDGET + 1,
             sum_duration_ns: 2 * BUDGET + 1 + 20,
+            activations: 6,
+            deadline_misses: 2,
         }
     );
     assert_eq!(ring.head.load(Ordering::Relaxed), 4);
@@ -132,9 +144,90 @@ fn overruns_and_cycle_gaps_set_flags_and_counters() {
 }
 
 #[test]
+fn a_step_that_starts_late_and_completes_past_its_deadline_is_a_miss() {
+    let ring = zeroed::Ring::new(8);
+    let mut w = RingWriter::new(8, judge(), 1);
+    // Within its budget (0.3 ms of 0.4 ms), but started 0.8 ms after its release: it completes
+    // 1.1 ms after the release, past D = 1 ms.
+    let mut c = cycle(0, 300_000);
+    c.start_ns = c.release_ns + 800_000;
+    let flags = w.record(&ring.ring_ref(), &c);
+    assert_eq!(flags, FLAG_DEADLINE_MISS, "a deadline miss, not an overrun");
+    let s = read_summary(&ring.summary).unwrap();
+    assert_eq!(
+        (s.activations, s.deadline_misses, s.overruns, s.skipped),
+        (1, 1, 0, 0)
+    );
+    let mut r = RingReader::new(8, PERIOD, 1_000_000_000, 0);
+    let (recs, _) = collect(&mut r, &ring, 2_000_000_000);
+    assert_eq!(recs[0].flags, FLAG_DEADLINE_MISS);
+    assert_eq!(recs[0].completion_ns(), c.release_ns + 1_100_000);
+}
+
+#[test]
+fn a_late_completion_without_overrun_and_an_overrun_that_meets_its_deadline_are_told_apart() {
+    let ring = zeroed::Ring::new(8);
+    let mut w = RingWriter::new(8, judge(), 1);
+    let rr = ring.ring_ref();
+    // Late: starts 0.9 ms after its release, runs 0.2 ms (within the 0.4 ms budget).
+    let mut late = cycle(0, 200_000);
+    late.start_ns = late.release_ns + 900_000;
+    assert_eq!(w.record(&rr, &late), FLAG_DEADLINE_MISS);
+    // Overrun: starts 20 µs after its release, runs 0.6 ms (over budget), done by 0.62 ms.
+    assert_eq!(w.record(&rr, &cycle(1, 600_000)), FLAG_OVERRUN);
+    // Both: starts 0.5 ms late and runs 0.6 ms.
+    let mut both = cycle(2, 600_000);
+    both.start_ns = both.release_ns + 500_000;
+    assert_eq!(w.record(&rr, &both), FLAG_OVERRUN | FLAG_DEADLINE_MISS);
+    // Completing exactly at release + D meets the deadline.
+    let mut on_the_dot = cycle(3, 100_000);
+    on_the_dot.start_ns = on_the_dot.release_ns + PERIOD - 100_000;
+    assert_eq!(w.record(&rr, &on_the_dot), 0);
+    let s = read_summary(&ring.summary).unwrap();
+    assert_eq!(
+        (s.activations, s.deadline_misses, s.overruns),
+        (4, 2, 2),
+        "two deadline misses and two overruns, one step being both"
+    );
+}
+
+#[test]
+fn skipped_activations_are_activations_and_deadline_misses() {
+    let ring = zeroed::Ring::new(8);
+    let mut w = RingWriter::new(8, judge(), 1);
+    let rr = ring.ring_ref();
+    w.record(&rr, &cycle(10, 1));
+    // The loop hung through activations 11..=60 and resumed at 61, on time.
+    assert_eq!(w.record(&rr, &cycle(61, 1)), FLAG_SKIPPED);
+    let s = read_summary(&ring.summary).unwrap();
+    assert_eq!(
+        (s.cycles, s.skipped, s.activations, s.deadline_misses),
+        (2, 50, 52, 50)
+    );
+}
+
+#[test]
+fn a_constrained_deadline_shorter_than_the_period_is_what_completions_are_judged_against() {
+    let ring = zeroed::Ring::new(8);
+    let judge = Judgement {
+        budget_ns: BUDGET,
+        deadline_ns: PERIOD / 2,
+    };
+    let mut w = RingWriter::new(8, judge, 1);
+    let rr = ring.ring_ref();
+    // 20 µs late plus 0.4 ms: within the budget, 0.42 ms after release, inside D = 0.5 ms.
+    assert_eq!(w.record(&rr, &cycle(0, BUDGET)), 0);
+    // Started 0.2 ms late, 0.35 ms long: done 0.55 ms after release, past D, well inside T.
+    let mut c = cycle(1, 350_000);
+    c.start_ns = c.release_ns + 200_000;
+    assert_eq!(w.record(&rr, &c), FLAG_DEADLINE_MISS);
+    assert_eq!(read_summary(&ring.summary).unwrap().deadline_misses, 1);
+}
+
+#[test]
 fn a_slot_with_an_odd_sequence_is_rejected_as_torn() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     for i in 0..3 {
         w.record(&ring.ring_ref(), &cycle(i, 1));
     }
@@ -162,7 +255,7 @@ fn a_slot_already_holding_a_later_record_counts_as_lost() {
 #[test]
 fn a_head_below_the_cursor_is_reported_as_a_reset() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     for i in 0..3 {
         w.record(&ring.ring_ref(), &cycle(i, 1));
     }
@@ -178,7 +271,7 @@ fn a_head_below_the_cursor_is_reported_as_a_reset() {
 #[test]
 fn an_absurd_head_jump_is_an_anomaly_not_a_loss() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     w.record(&ring.ring_ref(), &cycle(0, 1));
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
     collect(&mut r, &ring, 1_000_000_000);
@@ -194,7 +287,7 @@ fn an_absurd_head_jump_is_an_anomaly_not_a_loss() {
 #[test]
 fn a_fast_but_plausible_head_counts_overwrites_as_lost() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     for i in 0..100 {
         w.record(&ring.ring_ref(), &cycle(i, 1));
     }
@@ -207,7 +300,7 @@ fn a_fast_but_plausible_head_counts_overwrites_as_lost() {
 #[test]
 fn a_duration_over_a_thousand_periods_is_rejected() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     w.record(&ring.ring_ref(), &cycle(0, PERIOD * 1000 + 1));
     w.record(&ring.ring_ref(), &cycle(1, PERIOD * 1000));
     let mut r = RingReader::new(4, PERIOD, 1_000_000_000, 0);
@@ -220,12 +313,13 @@ fn a_duration_over_a_thousand_periods_is_rejected() {
 #[test]
 fn the_summary_stays_whole_when_the_writer_dies_inside_copy_zero() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     w.record(&ring.ring_ref(), &cycle(0, BUDGET + 5));
     let before = read_summary(&ring.summary).unwrap();
     let next = CycleCounters {
         cycles: 2,
-        misses: 2,
+        overruns: 2,
+        activations: 2,
         ..before
     };
     crash_inside_record(&ring, 1, &cycle(1, 5), 2, &next, 1);
@@ -238,12 +332,13 @@ fn the_summary_stays_whole_when_the_writer_dies_inside_copy_zero() {
 #[test]
 fn the_summary_stays_whole_when_the_writer_dies_inside_copy_one() {
     let ring = zeroed::Ring::new(4);
-    let mut w = RingWriter::new(4, BUDGET, 1);
+    let mut w = RingWriter::new(4, judge(), 1);
     w.record(&ring.ring_ref(), &cycle(0, BUDGET + 5));
     let before = read_summary(&ring.summary).unwrap();
     let next = CycleCounters {
         cycles: 2,
-        misses: 7,
+        overruns: 7,
+        activations: 2,
         ..before
     };
     crash_inside_record(&ring, 1, &cycle(1, 5), 2, &next, 2);
@@ -339,8 +434,9 @@ mod model {
 
     #[derive(Debug, Clone)]
     enum Action {
-        /// Record a cycle after skipping `gap` activations, over budget if `over`.
-        Record { gap: u8, over: bool },
+        /// Record a cycle after skipping `gap` activations, over budget if `over`, completing
+        /// past its deadline if `late`.
+        Record { gap: u8, over: bool, late: bool },
         /// A burst of records (forces overwrites).
         Burst(u8),
         /// The agent polls.
@@ -351,7 +447,8 @@ mod model {
 
     fn action() -> impl Strategy<Value = Action> {
         prop_oneof![
-            6 => (0u8..3, any::<bool>()).prop_map(|(gap, over)| Action::Record { gap, over }),
+            6 => (0u8..3, any::<bool>(), any::<bool>())
+                .prop_map(|(gap, over, late)| Action::Record { gap, over, late }),
             1 => (1u8..20).prop_map(Action::Burst),
             4 => Just(Action::Poll),
             1 => (0u8..3).prop_map(|steps| Action::CrashAndRestart { steps }),
@@ -369,24 +466,32 @@ mod model {
         fn new(cap: u32) -> Producer {
             Producer {
                 ring: zeroed::Ring::new(cap),
-                writer: RingWriter::new(cap, BUDGET, 3),
+                writer: RingWriter::new(cap, judge(), 3),
                 next_cycle: 0,
                 expected: CycleCounters::default(),
             }
         }
 
-        fn record(&mut self, gap: u64, over: bool, unread: &mut VecDeque<(u64, u64)>) {
+        fn record(&mut self, gap: u64, over: bool, late: bool, unread: &mut VecDeque<(u64, u64)>) {
             let idx = self.writer.head();
             let first = idx == 0;
             self.next_cycle += gap;
             let d = if over { BUDGET + 1 } else { BUDGET / 2 };
-            self.writer
-                .record(&self.ring.ring_ref(), &cycle(self.next_cycle, d));
+            let mut c = cycle(self.next_cycle, d);
+            if late {
+                // Starts so late that it completes past release + D, whatever its duration.
+                c.start_ns = c.release_ns + PERIOD;
+            }
+            self.writer.record(&self.ring.ring_ref(), &c);
             let e = &mut self.expected;
             e.cycles += 1;
-            e.misses += u64::from(over);
+            e.activations += 1;
+            e.overruns += u64::from(over);
+            e.deadline_misses += u64::from(late);
             if !first {
                 e.skipped += gap;
+                e.activations += gap;
+                e.deadline_misses += gap;
             }
             e.max_duration_ns = e.max_duration_ns.max(d);
             e.sum_duration_ns += d;
@@ -431,10 +536,12 @@ mod model {
             for a in actions {
                 now += PERIOD * 1000;
                 match a {
-                    Action::Record { gap, over } => p.record(u64::from(gap), over, &mut unread),
+                    Action::Record { gap, over, late } => {
+                        p.record(u64::from(gap), over, late, &mut unread)
+                    }
                     Action::Burst(n) => {
                         for _ in 0..n {
-                            p.record(0, false, &mut unread);
+                            p.record(0, false, false, &mut unread);
                         }
                     }
                     Action::Poll => {
@@ -453,7 +560,8 @@ mod model {
                         let c = cycle(p.next_cycle, BUDGET + 1);
                         let mut next = p.expected;
                         next.cycles += 1;
-                        next.misses += 1;
+                        next.activations += 1;
+                        next.overruns += 1;
                         crash_inside_record(&p.ring, n, &c, 2 * n, &next, steps);
                         let clobbered = if steps >= 2 {
                             unread.push_back((n, c.cycle));
@@ -505,7 +613,7 @@ fn a_reader_racing_a_writer_on_real_threads_never_delivers_a_torn_record() {
     let ring = std::sync::Arc::new(zeroed::Ring::new(4));
     let w_ring = ring.clone();
     let writer = std::thread::spawn(move || {
-        let mut w = RingWriter::new(4, BUDGET, 5);
+        let mut w = RingWriter::new(4, judge(), 5);
         for i in 0..records {
             // Every field derived from the cycle number, so a mix of two records shows.
             let c = Cycle {
@@ -533,7 +641,8 @@ fn a_reader_racing_a_writer_on_real_threads_never_delivers_a_torn_record() {
         let s = reader.poll(&ring.ring_ref(), now, &mut check).unwrap();
         total.accumulate(&s);
         if let Some(c) = read_summary(&ring.summary) {
-            assert!(c.misses <= c.cycles && c.max_duration_ns <= 6);
+            assert!(c.overruns <= c.cycles && c.max_duration_ns <= 6);
+            assert_eq!(c.activations, c.cycles + c.skipped);
         }
     }
     writer.join().unwrap();

@@ -90,30 +90,38 @@ fn garbage_is_refused_for_its_magic() {
 fn another_abi_version_is_unsupported() {
     let dir = scratch();
     let path = dead_probe(&dir, 1);
-    patch(&path, 8, &2u32.to_ne_bytes());
-    let err = ProbeReader::open(&path).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            OpenError::UnsupportedAbi {
-                found: 2,
-                supported: 1,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    for found in [0u32, 3] {
+        patch(&path, 8, &found.to_ne_bytes());
+        let err = ProbeReader::open(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                OpenError::UnsupportedAbi {
+                    found: f,
+                    supported: 2,
+                    ..
+                } if f == found
+            ),
+            "{err}"
+        );
+    }
 }
 
 #[test]
 fn out_of_range_header_fields_are_named() {
-    let cases: [(&str, u64, Vec<u8>); 6] = [
+    let cases: [(&str, u64, Vec<u8>); 8] = [
         ("header_size", 12, 512u32.to_ne_bytes().to_vec()),
         ("slot_size", 16, 32u32.to_ne_bytes().to_vec()),
         ("capacity", 20, 6u32.to_ne_bytes().to_vec()),
         ("capacity", 20, 0u32.to_ne_bytes().to_vec()),
         ("period_ns", 32, 0u64.to_ne_bytes().to_vec()),
         ("budget_ns", 40, 0u64.to_ne_bytes().to_vec()),
+        ("deadline_ns", 112, 0u64.to_ne_bytes().to_vec()),
+        (
+            "deadline_ns",
+            112,
+            (PERIOD * 1000 + 1).to_ne_bytes().to_vec(),
+        ),
     ];
     for (field, offset, bytes) in cases {
         let dir = scratch();
@@ -255,18 +263,24 @@ fn an_impossible_summary_is_implausible() {
     let path = dead_probe(&dir, 2);
     let r = ProbeReader::open(&path).unwrap();
     assert!(r.summary().is_ok());
-    // Latch sequence 4 (even): readers use copy 0 at 152: cycles, misses, ...
+    // Latch sequence 4 (even): readers use copy 0: cycles, overruns, skipped, max, sum at 152,
+    // and its deadline misses at 232.
+    let implausible = |what: &str| match r.summary() {
+        Err(PollError::Implausible { what: w }) => assert!(w.contains(what), "{w}"),
+        other => panic!("expected implausible {what}: {other:?}"),
+    };
     patch(&path, 160, &9u64.to_ne_bytes());
-    assert!(matches!(
-        r.summary().unwrap_err(),
-        PollError::Implausible { .. }
-    ));
+    implausible("more overruns than cycles");
     patch(&path, 160, &0u64.to_ne_bytes());
     patch(&path, 176, &u64::MAX.to_ne_bytes());
-    assert!(matches!(
-        r.summary().unwrap_err(),
-        PollError::Implausible { .. }
-    ));
+    implausible("longest cycle");
+    patch(&path, 176, &1u64.to_ne_bytes());
+    assert!(r.summary().is_ok());
+    patch(&path, 232, &3u64.to_ne_bytes());
+    implausible("more deadline misses than activations");
+    patch(&path, 232, &0u64.to_ne_bytes());
+    patch(&path, 168, &1u64.to_ne_bytes());
+    implausible("fewer deadline misses than skipped");
 }
 
 #[test]

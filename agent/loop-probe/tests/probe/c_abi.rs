@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use loop_probe::ffi;
-use loop_probe::{AutonomyMode, FLAG_FALLBACK, FLAG_OVERRUN, Liveness, ProbeReader, Record};
+use loop_probe::{
+    AutonomyMode, FLAG_DEADLINE_MISS, FLAG_FALLBACK, FLAG_OVERRUN, Liveness, ProbeReader, Record,
+};
 
 fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -145,6 +147,7 @@ fn the_c_header_constants_have_the_rust_values() {
         ("LP_FLAG_SKIPPED", ffi::LP_FLAG_SKIPPED.into()),
         ("LP_FLAG_DEGRADED", ffi::LP_FLAG_DEGRADED.into()),
         ("LP_FLAG_FALLBACK", ffi::LP_FLAG_FALLBACK.into()),
+        ("LP_FLAG_DEADLINE_MISS", ffi::LP_FLAG_DEADLINE_MISS.into()),
         ("LP_MODE_UNKNOWN", ffi::LP_MODE_UNKNOWN.into()),
         ("LP_MODE_IDLE", ffi::LP_MODE_IDLE.into()),
         ("LP_MODE_MANUAL", ffi::LP_MODE_MANUAL.into()),
@@ -167,11 +170,13 @@ fn the_c_header_constants_have_the_rust_values() {
     assert!(declared.iter().all(|d| rust.contains_key(*d)));
 }
 
-/// The directory cargo put `libloop_probe.so` in for this test run.
+/// The directory cargo put `libloop_probe.so` in for this test run: `deps/`, which every test
+/// build refreshes, before the profile directory, which only `cargo build` does (a copy there
+/// can be older than the library under test).
 fn cdylib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    for dir in [deps.parent().unwrap(), deps] {
+    for dir in [deps, deps.parent().unwrap()] {
         if dir.join("libloop_probe.so").exists() {
             return dir.to_path_buf();
         }
@@ -204,7 +209,14 @@ fn a_c_loop_built_with_cc_writes_a_probe_the_rust_reader_reads_exactly() {
     );
 
     let probe = dir.path().join("c.probe");
-    let out = Command::new(&exe).arg(&probe).arg("1000").output().unwrap();
+    // The test runner's library path may name an older copy in the profile directory; the
+    // library under test comes first.
+    let out = Command::new(&exe)
+        .arg(&probe)
+        .arg("1000")
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "example failed:\n{}",
@@ -218,18 +230,28 @@ fn a_c_loop_built_with_cc_writes_a_probe_the_rust_reader_reads_exactly() {
     let overruns = ran.iter().filter(|i| *i % 10 == 5).count() as u64;
     // A skip is seen when the next cycle records; cycle 999's skip has no successor.
     let gaps_seen = 9;
+    let late = ran.iter().filter(|i| *i % 50 == 20).count() as u64;
     assert_eq!(report["recorded"], ran.len() as u64);
     assert_eq!(report["overruns"], overruns);
     assert_eq!(report["flagged_overruns"], overruns);
+    assert_eq!(report["late"], late);
+    assert_eq!(report["flagged_late"], late);
 
     let mut r = ProbeReader::open(&probe).unwrap();
     assert_eq!(r.info().loop_id, 42);
     assert_eq!(r.info().loop_name(), "c-example");
     assert_eq!(r.info().capacity, 1024);
+    assert_eq!(r.info().deadline_ns, Some(800_000));
     let s = r.summary().unwrap();
     assert_eq!(s.cycles.cycles, ran.len() as u64);
-    assert_eq!(s.cycles.misses, overruns);
+    assert_eq!(s.cycles.overruns, overruns);
     assert_eq!(s.cycles.skipped, gaps_seen);
+    assert_eq!(s.cycles.activations, ran.len() as u64 + gaps_seen);
+    assert_eq!(
+        s.deadline_misses(),
+        Some(late + gaps_seen),
+        "late completions and skipped activations, not the overruns"
+    );
     assert_eq!(
         (
             s.events.fallbacks,
@@ -258,6 +280,12 @@ fn a_c_loop_built_with_cc_writes_a_probe_the_rust_reader_reads_exactly() {
     assert_eq!(
         recs.iter().filter(|r| r.flags & FLAG_OVERRUN != 0).count() as u64,
         overruns
+    );
+    assert_eq!(
+        recs.iter()
+            .filter(|r| r.flags & FLAG_DEADLINE_MISS != 0)
+            .count() as u64,
+        late
     );
     let fallback: Vec<u64> = recs
         .iter()

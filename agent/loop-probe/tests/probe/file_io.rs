@@ -1,10 +1,10 @@
 //! Writer and reader on real files: layout on disk, counters, liveness, restart.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 
 use loop_probe::{
-    AutonomyMode, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED, Liveness, ProbeReader, ProbeWriter,
-    Record, RestartReason, clock::monotonic_ns,
+    AutonomyMode, DeadlineSemantics, FLAG_DEADLINE_MISS, FLAG_FALLBACK, FLAG_OVERRUN, FLAG_SKIPPED,
+    Liveness, ProbeReader, ProbeWriter, Record, RestartReason, clock::monotonic_ns,
 };
 
 use crate::util::{BUDGET, PERIOD, config, cycle, probe_path, scratch};
@@ -99,7 +99,7 @@ fn records_and_counters_written_are_read_back() {
     let s = r.summary().unwrap();
     assert_eq!(s.head, 19);
     assert_eq!(s.cycles.cycles, 19);
-    assert_eq!(s.cycles.misses, 4);
+    assert_eq!(s.cycles.overruns, 4);
     assert_eq!(s.cycles.skipped, 1);
     assert_eq!(s.cycles.max_duration_ns, BUDGET + 1);
     assert_eq!(s.events.fallbacks, 1);
@@ -148,7 +148,7 @@ fn a_read_pass_reads_what_the_reader_methods_read() {
     assert_eq!(pass_stats.new_records, 10);
     assert_eq!(pass_stats.new_records, call_stats.new_records);
     assert_eq!(pass_summary, by_calls.summary().unwrap());
-    assert_eq!(pass_summary.cycles.misses, 1);
+    assert_eq!(pass_summary.cycles.overruns, 1);
     assert_eq!(pass_model.version(), "perception-1.2");
     assert_eq!(pass_mode, AutonomyMode::Autonomous);
     // The pass advanced its reader's cursor like a poll does.
@@ -322,4 +322,96 @@ fn setters_on_other_threads_do_not_disturb_recording() {
         a.ns_in_mode.iter().sum::<u64>(),
         a.since_ns - r.info().start_ns
     );
+}
+
+#[test]
+fn the_declared_deadline_is_in_the_header_and_judges_every_completion() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut c = config(64);
+    c.deadline_ns = PERIOD / 2;
+    let mut w = ProbeWriter::create(&path, &c).unwrap();
+    let mut r = ProbeReader::open(&path).unwrap();
+    assert_eq!(r.info().deadline_ns, Some(PERIOD / 2));
+    assert_eq!(r.info().abi_version, 2);
+    assert_eq!(r.info().semantics(), DeadlineSemantics::Completion);
+    // cycle() starts 10 µs after the release: 0.3 ms meets D = 0.5 ms, 0.6 ms does not.
+    w.record(&cycle(0, 300_000));
+    let late = cycle(1, 600_000);
+    w.record(&late);
+    w.record(&cycle(4, 300_000));
+    let recs = drain(&mut r);
+    let flags: Vec<u32> = recs.iter().map(|r| r.flags).collect();
+    assert_eq!(
+        flags,
+        vec![0, FLAG_OVERRUN | FLAG_DEADLINE_MISS, FLAG_SKIPPED]
+    );
+    let s = r.summary().unwrap();
+    assert_eq!(s.semantics, DeadlineSemantics::Completion);
+    assert_eq!(
+        (s.cycles.activations, s.deadline_misses(), s.cycles.overruns),
+        (5, Some(3), 1),
+        "one late completion and two skipped activations"
+    );
+    assert_eq!(s.last_record.map(|r| r.cycle), Some(4));
+
+    let dir2 = scratch();
+    let implicit = ProbeWriter::create(probe_path(&dir2), &config(8)).unwrap();
+    let r2 = ProbeReader::open(probe_path(&dir2)).unwrap();
+    assert_eq!(r2.info().deadline_ns, Some(PERIOD), "0 declares the period");
+    drop(implicit);
+}
+
+#[test]
+fn an_abi_1_probe_file_is_still_read_with_its_loop_reported_as_legacy_semantics() {
+    let dir = scratch();
+    let path = probe_path(&dir);
+    let mut w = ProbeWriter::create(&path, &config(64)).unwrap();
+    for i in 0..10u64 {
+        if i == 4 {
+            continue;
+        }
+        let mut c = cycle(i, if i % 3 == 0 { BUDGET + 1 } else { 1 });
+        if i == 7 {
+            // Completes past its deadline; an ABI 1 producer never judged that.
+            c.start_ns = c.release_ns + PERIOD;
+        }
+        w.record(&c);
+    }
+    drop(w);
+    // What an ABI 1 producer leaves: the same offsets, version 1, and the words ABI 2 added
+    // (the deadline at 112, each summary copy's deadline misses at 232 and 240) reserved, zero.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&1u32.to_ne_bytes(), 8).unwrap();
+    f.write_all_at(&0u64.to_ne_bytes(), 112).unwrap();
+    f.write_all_at(&[0u8; 16], 232).unwrap();
+
+    let mut r = ProbeReader::open(&path).unwrap();
+    assert_eq!(r.info().abi_version, 1);
+    assert_eq!(r.info().deadline_ns, None);
+    assert_eq!(r.info().semantics(), DeadlineSemantics::Legacy);
+    let s = r.summary().unwrap();
+    assert_eq!(s.semantics, DeadlineSemantics::Legacy);
+    assert_eq!(
+        (
+            s.cycles.cycles,
+            s.cycles.skipped,
+            s.cycles.activations,
+            s.cycles.overruns
+        ),
+        (9, 1, 10, 4),
+        "activations, skipped and overruns are exact"
+    );
+    assert_eq!(
+        s.deadline_misses(),
+        None,
+        "deadline misses were never measured: absent, not the overruns"
+    );
+    assert_eq!(
+        s.last_record.map(|l| l.cycle),
+        Some(9),
+        "the ring is the same in both ABIs"
+    );
+    assert_eq!(drain(&mut r).len(), 9);
+    assert_eq!(r.liveness(monotonic_ns()).unwrap(), Liveness::Dead);
 }

@@ -1,14 +1,18 @@
 //! Deadline-miss bursts: k misses in a row, or m misses within a window of w cycles. Pure: fed
-//! one record at a time; reports are taken by the caller, which rate-limits them.
+//! one record at a time, and the skipped activations between records as one run; reports are
+//! taken by the caller, which rate-limits them.
 //!
 //! Invariants:
 //! - No allocation: the window keeps at most [`MAX_WINDOW_MISSES`] miss positions inline.
 //! - Each miss is counted into at most one report per rule: bursts found while a report is
 //!   pending merge into it (misses add up, the cycle range widens, the worst duration is the
 //!   maximum), so a loop that misses every cycle yields one report per rule per take.
-//! - "In a row" means consecutive records: a skipped activation between two misses does not
-//!   break a run (the loop produced nothing on time there either); a met deadline, or records
-//!   lost to a ring overrun, do.
+//! - "In a row" means consecutive activations: skipped activations fed with
+//!   [`BurstDetector::skipped`] are misses of the run (they never ran, so no duration), and
+//!   skipped activations not fed (the caller's choice for probes without deadlines) neither count
+//!   nor break a run; a met deadline, or records lost to a ring overrun, break it.
+//! - A run of skipped activations costs the same whatever its length: the consecutive rule adds
+//!   it at once, the window rule walks at most 2m of its activations.
 //! - The caller may hold a report while its run is still open ([`BurstDetector::run_open`]), so
 //!   that one run is one report when it ends soon.
 //! - The window rule looks at cycle numbers: m misses whose first and last cycles are less than
@@ -48,10 +52,15 @@ impl Burst {
     }
 
     fn add(&mut self, cycle: u64, duration_ns: u64) {
-        self.misses += 1;
-        self.first_cycle = self.first_cycle.min(cycle);
-        self.last_cycle = self.last_cycle.max(cycle);
-        self.worst_duration_ns = self.worst_duration_ns.max(duration_ns);
+        self.add_run(cycle, cycle, 1, duration_ns);
+    }
+
+    /// Adds `n` misses from `first` to `last`, the longest `worst_ns`.
+    fn add_run(&mut self, first: u64, last: u64, n: u64, worst_ns: u64) {
+        self.misses += n;
+        self.first_cycle = self.first_cycle.min(first);
+        self.last_cycle = self.last_cycle.max(last);
+        self.worst_duration_ns = self.worst_duration_ns.max(worst_ns);
     }
 }
 
@@ -112,32 +121,61 @@ impl BurstDetector {
             self.break_run();
             return;
         }
-        self.consecutive_miss(cycle, duration_ns);
+        self.consecutive_misses(cycle, 1, duration_ns);
         self.window_miss(cycle, duration_ns);
     }
 
-    fn consecutive_miss(&mut self, cycle: u64, duration_ns: u64) {
+    /// Feeds `count` skipped activations from cycle `first` on: misses that never ran.
+    pub fn skipped(&mut self, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.consecutive_misses(first, count, 0);
+        // Only the window's first and last m misses can share a window with misses outside
+        // the run; every one between lies in a window of m of the run's own (m ≤ w), so it is
+        // counted into the report at once.
+        let m = u64::from(self.rules.window_misses);
+        if count <= 2 * m {
+            for c in first..first + count {
+                self.window_miss(c, 0);
+            }
+            return;
+        }
+        for c in first..first + m {
+            self.window_miss(c, 0);
+        }
+        let (block_first, block_last) = (first + m, first + count - m - 1);
+        let w = u64::from(self.rules.window_cycles);
+        self.windowed
+            .get_or_insert_with(|| Burst::new(BurstRule::Window, w, block_first))
+            .add_run(block_first, block_last, block_last - block_first + 1, 0);
+        self.counted_through = Some(block_last);
+        for c in block_last + 1..first + count {
+            self.window_miss(c, 0);
+        }
+    }
+
+    /// `n` misses in a row from cycle `first`, the longest `duration_ns`.
+    fn consecutive_misses(&mut self, first: u64, n: u64, duration_ns: u64) {
         let k = u64::from(self.rules.consecutive);
+        let last = first + (n - 1);
         if self.in_burst {
             self.consecutive
-                .get_or_insert_with(|| Burst::new(BurstRule::Consecutive, k, cycle))
-                .add(cycle, duration_ns);
+                .get_or_insert_with(|| Burst::new(BurstRule::Consecutive, k, first))
+                .add_run(first, last, n, duration_ns);
             return;
         }
         if self.run_len == 0 {
-            self.run_first = cycle;
+            self.run_first = first;
             self.run_worst = 0;
         }
-        self.run_len += 1;
+        self.run_len += n;
         self.run_worst = self.run_worst.max(duration_ns);
         if self.run_len >= k {
             let b = self
                 .consecutive
                 .get_or_insert_with(|| Burst::new(BurstRule::Consecutive, k, self.run_first));
-            b.misses += self.run_len;
-            b.first_cycle = b.first_cycle.min(self.run_first);
-            b.last_cycle = b.last_cycle.max(cycle);
-            b.worst_duration_ns = b.worst_duration_ns.max(self.run_worst);
+            b.add_run(self.run_first, last, self.run_len, self.run_worst);
             self.in_burst = true;
         }
     }
@@ -269,6 +307,53 @@ mod tests {
         assert_eq!((w.misses, w.first_cycle, w.last_cycle), (5, 0, 15));
         assert_eq!(w.window_cycles, 10);
         assert_eq!(w.worst_duration_ns, 115);
+    }
+
+    #[test]
+    fn skipped_activations_are_misses_of_the_run_they_fall_in() {
+        let mut d = det(3, 1000, 64);
+        d.record(9, false, 1);
+        d.record(10, true, 50);
+        d.skipped(11, 2);
+        d.record(13, false, 1);
+        let c = d.take()[0].unwrap();
+        assert_eq!(
+            (c.misses, c.first_cycle, c.last_cycle, c.worst_duration_ns),
+            (3, 10, 12, 50),
+            "a late step and the two activations skipped after it"
+        );
+    }
+
+    #[test]
+    fn a_long_hang_is_one_burst_per_rule_counting_every_skipped_activation_once() {
+        let mut d = det(3, 100, 5);
+        d.record(0, true, 9);
+        d.record(1, false, 1);
+        d.record(2, true, 9);
+        // A hang of 10,000 activations, then a late step.
+        d.skipped(3, 10_000);
+        d.record(10_003, true, 7);
+        d.record(10_004, false, 1);
+        let [c, w] = d.take();
+        let c = c.unwrap();
+        assert_eq!((c.misses, c.first_cycle, c.last_cycle), (10_002, 2, 10_003));
+        let w = w.unwrap();
+        assert_eq!(
+            (w.misses, w.first_cycle, w.last_cycle),
+            (10_003, 0, 10_003),
+            "each miss once, the one before the late step's window too"
+        );
+        // The same run fed one activation at a time gives the same reports.
+        let mut one = det(3, 100, 5);
+        one.record(0, true, 9);
+        one.record(1, false, 1);
+        one.record(2, true, 9);
+        for c in 3..10_003 {
+            one.skipped(c, 1);
+        }
+        one.record(10_003, true, 7);
+        one.record(10_004, false, 1);
+        assert_eq!(one.take(), [Some(c), Some(w)]);
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //!   never replaces the oneof variant it was built with, so steady-state emission allocates
 //!   nothing (strings longer than their reservation grow once, then keep that capacity).
 //! - Every event carries the poll's wall time as event time and its monotonic time.
+//! - `DeadlineCounters` carries both vocabularies: the deadline fields (activations, deadline
+//!   misses, overruns, deadline, semantics) and, with their old meaning, the fields gateways
+//!   from before deadlines read (`cycles`, `misses` = overruns, `skipped`).
 
 use edgewatch_proto::v1::{
     self, AutonomyModeChange, AutonomySeconds, DeadlineCounters, DeadlineMissBurst, Event,
     Intervention, LatencyHistogram, LoopRef, ModeSeconds, ModelVersion, ModelVersionChange,
     ProbeState, ProbeStatus, SafeStop, SafetyFallback, Tier, event::Kind,
 };
+use loop_probe::DeadlineSemantics;
 
 use super::burst::Burst;
 use super::config::MAX_BOUNDS;
@@ -46,12 +50,18 @@ pub struct CountersView<'a> {
     pub period_ns: u64,
     /// Budget.
     pub budget_ns: u64,
-    /// Cycles.
+    /// Cycles recorded.
     pub cycles: u64,
-    /// Misses.
-    pub misses: u64,
+    /// Execution overruns.
+    pub overruns: u64,
     /// Skipped activations.
     pub skipped: u64,
+    /// Activations (recorded, skipped, and owed while silent).
+    pub activations: u64,
+    /// Deadline misses; `None` when the probe does not measure them (ABI 1).
+    pub deadline_misses: Option<u64>,
+    /// Relative deadline; `None` when the probe declares none (ABI 1).
+    pub deadline_ns: Option<u64>,
     /// Sum of durations.
     pub sum_duration_ns: u64,
     /// Longest duration.
@@ -195,8 +205,17 @@ impl Emitter {
         d.period_ns = c.period_ns;
         d.budget_ns = c.budget_ns;
         d.cycles = c.cycles;
-        d.misses = c.misses;
+        // The field's old meaning, for gateways from before deadline semantics.
+        d.misses = c.overruns;
         d.skipped = c.skipped;
+        d.activations = Some(c.activations);
+        d.deadline_misses = c.deadline_misses;
+        d.overruns = Some(c.overruns);
+        d.deadline_ns = c.deadline_ns.unwrap_or(0);
+        d.semantics = wire_semantics(
+            c.deadline_ns
+                .map_or(DeadlineSemantics::Legacy, |_| DeadlineSemantics::Completion),
+        ) as i32;
         d.sum_duration_ns = c.sum_duration_ns;
         d.max_duration_ns = c.max_duration_ns;
         // Counters are per (loop, model version), not split by mode.
@@ -211,13 +230,15 @@ impl Emitter {
         sink.emit(Tier::Slo, ev);
     }
 
-    /// Safety tier: a deadline-miss burst.
+    /// Safety tier: a deadline-miss burst; `semantics` says what its misses are.
+    #[allow(clippy::too_many_arguments)]
     pub fn burst<S: EventSink + ?Sized>(
         &mut self,
         now: Now,
         l: LoopId<'_>,
         model: &ModelVersion,
         mode: v1::AutonomyMode,
+        semantics: DeadlineSemantics,
         b: &Burst,
         sink: &mut S,
     ) {
@@ -235,6 +256,7 @@ impl Emitter {
         d.last_cycle = b.last_cycle;
         d.worst_duration_ns = b.worst_duration_ns;
         d.mode = mode as i32;
+        d.semantics = wire_semantics(semantics) as i32;
         sink.emit(Tier::Safety, ev);
     }
 
@@ -375,5 +397,13 @@ impl Emitter {
             });
         }
         sink.emit(Tier::Slo, ev);
+    }
+}
+
+/// The wire name of what a probe's deadline counters mean.
+pub fn wire_semantics(s: DeadlineSemantics) -> v1::DeadlineSemantics {
+    match s {
+        DeadlineSemantics::Completion => v1::DeadlineSemantics::Completion,
+        DeadlineSemantics::Legacy => v1::DeadlineSemantics::LegacyProbe,
     }
 }

@@ -10,6 +10,7 @@
 //! - [`config`]: `[deadline]` and `[[probe]]`, raw and validated, with the named defaults.
 //! - [`tracker`]: one loop's accounting as pure logic (series per model version, header deltas,
 //!   liveness transitions, rate-limited reports).
+//! - [`provisional`]: the activations a silent producer owes, counted before it recovers (pure).
 //! - [`burst`]: miss-burst rules (pure). [`histogram`]: response-time buckets (pure).
 //! - [`emit`]: the reused outgoing events.
 //! - this module: the I/O shell around `loop_probe::ProbeReader` (open, liveness, reads).
@@ -28,6 +29,7 @@ pub mod burst;
 pub mod config;
 pub mod emit;
 pub mod histogram;
+pub mod provisional;
 pub mod tracker;
 
 use std::ffi::CString;
@@ -43,6 +45,8 @@ pub use config::{
     BurstRules, DeadlineConfig, HistogramBounds, ProbeConfig, RawDeadlineConfig, RawProbeConfig,
 };
 use emit::Emitter;
+/// What a loop's deadline counters mean (re-exported for the agent's status).
+pub use loop_probe::DeadlineSemantics;
 pub use tracker::{LoopCounts, LoopState};
 use tracker::{LoopSettings, LoopTracker};
 
@@ -88,6 +92,9 @@ pub struct LoopStatus<'a> {
     pub producer: Option<(u64, u32)>,
     /// Header totals and the agent's own counts.
     pub counts: LoopCounts,
+    /// What the loop's deadline counters mean (legacy: its probe, ABI 1, measures no deadline
+    /// misses).
+    pub semantics: DeadlineSemantics,
     /// The model counters go to now (empty name and version: unknown).
     pub model: &'a ModelVersion,
     /// The loop's autonomy mode.
@@ -228,6 +235,7 @@ impl DeadlineSampler {
                     .map(|l| Duration::from_nanos(now.monotonic_ns.saturating_sub(l))),
                 producer: t.info().map(|i| (i.epoch, i.pid)),
                 counts: *t.counts(),
+                semantics: t.semantics(),
                 model: t.model(),
                 mode: tracker::wire(t.mode()),
                 problem: t.problem(),
@@ -305,11 +313,30 @@ fn poll_probe<S: EventSink + ?Sized>(
     };
     match liveness {
         Ok(Liveness::Alive) => {
-            sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            sample(
+                p,
+                now,
+                now.monotonic_ns,
+                true,
+                manifest,
+                machine_mode,
+                em,
+                sink,
+            );
             p.tracker.alive(now, em, sink);
         }
         Ok(Liveness::Stalled { heartbeat_age_ns }) => {
-            sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+            // Silent but alive: the activations it owes are counted provisionally.
+            sample(
+                p,
+                now,
+                now.monotonic_ns,
+                true,
+                manifest,
+                machine_mode,
+                em,
+                sink,
+            );
             if heartbeat_age_ns >= stall_min_ns {
                 p.tracker.stalled(now, em, sink);
             } else {
@@ -325,20 +352,39 @@ fn poll_probe<S: EventSink + ?Sized>(
                     .as_ref()
                     .and_then(|r| r.summary().ok())
                     .map_or(now.monotonic_ns, |s| s.heartbeat_ns);
-                sample(p, now, at, manifest, machine_mode, em, sink);
+                sample(p, now, at, false, manifest, machine_mode, em, sink);
                 p.tracker.died(now, em, sink);
             }
         }
         Ok(Liveness::Restarted(reason)) => {
             if reason == RestartReason::NewInode && p.tracker.state() != LoopState::Dead {
                 // The old file is unlinked but still mapped: take its last records first.
-                sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+                sample(
+                    p,
+                    now,
+                    now.monotonic_ns,
+                    false,
+                    manifest,
+                    machine_mode,
+                    em,
+                    sink,
+                );
             }
             p.tracker.end_epoch(now, em, sink);
             p.reader = None;
             try_open(p, started_ns, now, em, sink);
             if p.reader.is_some() {
-                sample(p, now, now.monotonic_ns, manifest, machine_mode, em, sink);
+                // Its liveness is known at the next poll; until then it owes nothing.
+                sample(
+                    p,
+                    now,
+                    now.monotonic_ns,
+                    false,
+                    manifest,
+                    machine_mode,
+                    em,
+                    sink,
+                );
             }
         }
         Err(e) => fail(p, &e, now, em, sink),
@@ -430,16 +476,26 @@ fn try_open<S: EventSink + ?Sized>(
     } else {
         None
     };
+    if info.semantics() == DeadlineSemantics::Legacy {
+        tracing::warn!(
+            path = %p.cfg.path.display(),
+            loop_name = info.loop_name(),
+            "Probe is ABI 1: the loop declares no deadline, so its deadline misses are not \
+             measured; activations and overruns are reported, with legacy semantics."
+        );
+    }
     p.tracker.start_epoch(&info, baseline, now, em, sink);
     p.reader = Some(reader);
 }
 
-/// One read pass: model slot and mode, new records, then the summary.
+/// One read pass: model slot and mode, new records, then the summary. `holds_lock`: the
+/// producer was seen holding its lock, so what it owes while silent is counted.
 #[allow(clippy::too_many_arguments)]
 fn sample<S: EventSink + ?Sized>(
     p: &mut Probe,
     now: Now,
     autonomy_at_ns: u64,
+    holds_lock: bool,
     manifest: Option<&ModelVersion>,
     machine_mode: AutonomyMode,
     em: &mut Emitter,
@@ -481,6 +537,7 @@ fn sample<S: EventSink + ?Sized>(
         &summary,
         &stats,
         autonomy.as_ref().map(|a| (a, autonomy_at_ns)),
+        holds_lock,
         now,
         em,
         sink,

@@ -6,12 +6,22 @@
 //! then `end_poll` with the header summary read after the records.
 //!
 //! Invariants:
-//! - Cycles, misses, skipped and summed durations come from deltas of the header's cumulative
+//! - Cycles, overruns, skipped and summed durations come from deltas of the header's cumulative
 //!   summary, which the producer keeps exact even when the ring overruns; each delta goes to the
 //!   (loop, model version) series selected at that poll. So the series of one producer epoch add
 //!   up to the header's totals since the epoch's baseline, whatever records were lost.
+//! - Activations and deadline misses are the header's totals too, except while a producer that
+//!   holds its lock records nothing: then the activations it owes (their deadline one period
+//!   past) are counted provisionally, and the probe's counts take over when it records again
+//!   ([`super::provisional`]). Each poll credits `max(counted, header + overdue) - counted` to
+//!   the current series, so these never decrease and are never counted twice.
+//! - A probe without deadlines (ABI 1) has its activations counted (`cycles + skipped`) and its
+//!   deadline misses reported absent, with legacy semantics; its bursts count overruns, as
+//!   before deadlines.
 //! - The histogram and bursts come from records, so they cover the records actually read; lost
-//!   records are reported (`RING_OVERRUN`) and break burst runs.
+//!   records are reported (`RING_OVERRUN`) and break burst runs. A burst's misses are deadline
+//!   misses: late completions, and the skipped activations a record's gap in cycle numbers
+//!   shows (when the record before it was read).
 //! - An epoch's baseline is zero when the producer started after the agent; when the agent finds
 //!   a producer already running, counts made before are not attributed (their model is unknown)
 //!   and the series start at the agent's first sight.
@@ -25,13 +35,15 @@
 
 use edgewatch_proto::v1::{self, ModelSource, ModelVersion, ProbeState};
 use loop_probe::{
-    AutonomyMode, AutonomyState, FLAG_OVERRUN, PollStats, ProbeInfo, Record, Summary,
+    AutonomyMode, AutonomyState, DeadlineSemantics, FLAG_DEADLINE_MISS, FLAG_OVERRUN, PollStats,
+    ProbeInfo, Record, Summary,
 };
 
 use super::burst::BurstDetector;
 use super::config::{BurstRules, HistogramBounds, MAX_BOUNDS};
 use super::emit::{CounterKind, CountersView, Emitter, LoopId};
 use super::histogram::{Histogram, response_time_ns};
+use super::provisional::{Counted, overdue_activations};
 use crate::autonomy::{AutonomyLedger, ModeNs, wire_mode};
 use crate::model::{PerModel, clear_model, copy_model, is_unknown, same_series, unknown_model};
 use crate::sink::{EventSink, Now};
@@ -78,12 +90,17 @@ pub enum LoopState {
 /// Cumulative values of one (loop, model version) series.
 #[derive(Debug, Clone)]
 pub struct DeadlineSeries {
-    /// Control steps.
+    /// Control steps recorded.
     pub cycles: u64,
-    /// Steps over budget.
-    pub misses: u64,
+    /// Steps over budget: execution overruns.
+    pub overruns: u64,
     /// Activations skipped.
     pub skipped: u64,
+    /// Activations: cycles plus skipped, plus those counted provisionally.
+    pub activations: u64,
+    /// Deadline misses: late completions plus skipped, plus those counted provisionally (0 for
+    /// a probe without deadlines).
+    pub deadline_misses: u64,
     /// Sum of durations.
     pub sum_duration_ns: u64,
     /// Longest duration seen.
@@ -100,8 +117,10 @@ impl DeadlineSeries {
     fn new(bounds: &heapless::Vec<u64, MAX_BOUNDS>) -> DeadlineSeries {
         DeadlineSeries {
             cycles: 0,
-            misses: 0,
+            overruns: 0,
             skipped: 0,
+            activations: 0,
+            deadline_misses: 0,
             sum_duration_ns: 0,
             max_duration_ns: 0,
             histogram: Histogram::new(bounds),
@@ -111,7 +130,10 @@ impl DeadlineSeries {
     }
 
     fn is_empty(&self) -> bool {
-        self.cycles == 0 && self.skipped == 0 && self.histogram.total() == 0
+        self.cycles == 0
+            && self.skipped == 0
+            && self.activations == 0
+            && self.histogram.total() == 0
     }
 }
 
@@ -135,6 +157,8 @@ struct Epoch {
     bounds: heapless::Vec<u64, MAX_BOUNDS>,
     /// Summary at the last poll (the baseline for the next delta).
     prev: Summary,
+    /// Activations and deadline misses counted, in the header's terms.
+    counted: Counted,
     /// Start of series created at the epoch's first poll, wall ns.
     start_unix_ns: i64,
     /// Polls completed in this epoch.
@@ -144,12 +168,16 @@ struct Epoch {
 /// Counts for the agent's `status` command.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoopCounts {
-    /// Header totals of the current producer: cycles, misses, skipped.
+    /// Header totals of the current producer: cycles, overruns, skipped.
     pub cycles: u64,
-    /// Misses.
-    pub misses: u64,
+    /// Execution overruns.
+    pub overruns: u64,
     /// Skipped activations.
     pub skipped: u64,
+    /// Activations of the current producer: the header's, plus those owed while it is silent.
+    pub activations: u64,
+    /// Deadline misses, as `activations`; `None` for a probe without deadlines (ABI 1).
+    pub deadline_misses: Option<u64>,
     /// Fallbacks, interventions, safe stops (header totals).
     pub fallbacks: u64,
     /// Interventions.
@@ -192,6 +220,10 @@ pub struct LoopTracker {
     own_mode: AutonomyMode,
     machine_mode: AutonomyMode,
     bursts: BurstDetector,
+    /// What the current producer's deadline counters mean.
+    semantics: DeadlineSemantics,
+    /// Index and cycle of the last record read, to see the activations a gap skipped.
+    last_record: Option<(u64, u64)>,
     burst_gate: Gate,
     /// When the waiting burst report was first seen, CLOCK_MONOTONIC ns.
     burst_pending_since: Option<u64>,
@@ -210,6 +242,8 @@ impl LoopTracker {
         loop_name.push_str(&settings.configured_name);
         LoopTracker {
             bursts: BurstDetector::new(settings.burst),
+            semantics: DeadlineSemantics::Completion,
+            last_record: None,
             settings,
             state: LoopState::Waiting,
             epoch: None,
@@ -254,6 +288,11 @@ impl LoopTracker {
     /// The current producer's identity.
     pub fn info(&self) -> Option<&ProbeInfo> {
         self.epoch.as_ref().map(|e| &e.info)
+    }
+
+    /// What the current (or last) producer's deadline counters mean.
+    pub fn semantics(&self) -> DeadlineSemantics {
+        self.semantics
     }
 
     /// The model counters go to now (unknown: empty name and version).
@@ -311,8 +350,9 @@ impl LoopTracker {
     }
 
     /// A new producer was opened. `baseline` is the header as first read when the producer
-    /// started before the agent (its earlier counts are not attributed), `None` to count from
-    /// the producer's start. Reports `RESTARTED` when an earlier producer was known.
+    /// started before the agent (its earlier counts are not attributed, nor the activations it
+    /// owed then), `None` to count from the producer's start. Reports `RESTARTED` when an
+    /// earlier producer was known.
     pub fn start_epoch<S: EventSink + ?Sized>(
         &mut self,
         info: &ProbeInfo,
@@ -340,6 +380,14 @@ impl LoopTracker {
             );
         }
         self.last_epoch = Some(info.epoch);
+        let counted = match &baseline {
+            Some((summary, _)) => Counted::at_first_sight(
+                summary.cycles.activations,
+                summary.deadline_misses(),
+                overdue(summary, info, now.monotonic_ns),
+            ),
+            None => Counted::default(),
+        };
         let (prev, start_unix_ns, auto_base) = match baseline {
             Some((summary, autonomy)) => {
                 let mut prev = summary;
@@ -369,9 +417,12 @@ impl LoopTracker {
             info: *info,
             bounds: self.settings.histogram.resolve(info.budget_ns),
             prev,
+            counted,
             start_unix_ns,
             polls: 0,
         });
+        self.semantics = info.semantics();
+        self.last_record = None;
         self.series.clear();
         self.current = None;
         self.bursts.reset();
@@ -458,7 +509,21 @@ impl LoopTracker {
     /// One record read from the ring, oldest first.
     #[inline]
     pub fn record(&mut self, rec: &Record) {
-        let missed = rec.flags & FLAG_OVERRUN != 0;
+        let missed = match self.semantics {
+            DeadlineSemantics::Completion => {
+                // The activations a gap in cycle numbers skipped are misses of the same run, when
+                // the record before the gap was read (not lost or torn).
+                if let Some((index, cycle)) = self.last_record
+                    && rec.index == index.wrapping_add(1)
+                    && rec.cycle > cycle.saturating_add(1)
+                {
+                    self.bursts.skipped(cycle + 1, rec.cycle - cycle - 1);
+                }
+                rec.flags & FLAG_DEADLINE_MISS != 0
+            }
+            DeadlineSemantics::Legacy => rec.flags & FLAG_OVERRUN != 0,
+        };
+        self.last_record = Some((rec.index, rec.cycle));
         self.bursts.record(rec.cycle, missed, rec.duration_ns);
         if let Some(e) = self.current.and_then(|i| self.series.get_mut(i)) {
             let s = &mut e.value;
@@ -472,14 +537,17 @@ impl LoopTracker {
         }
     }
 
-    /// Second half of a poll: the summary read after the records, the ring's statistics, and
-    /// the autonomy cell with the time to evaluate it at (now, or a dead producer's last
-    /// heartbeat).
+    /// Second half of a poll: the summary read after the records, the ring's statistics, the
+    /// autonomy cell with the time to evaluate it at (now, or a dead producer's last
+    /// heartbeat), and whether the producer holds its lock (only then are the activations it
+    /// owes counted provisionally).
+    #[allow(clippy::too_many_arguments)]
     pub fn end_poll<S: EventSink + ?Sized>(
         &mut self,
         summary: &Summary,
         stats: &PollStats,
         autonomy: Option<(&AutonomyState, u64)>,
+        holds_lock: bool,
         now: Now,
         em: &mut Emitter,
         sink: &mut S,
@@ -491,35 +559,51 @@ impl LoopTracker {
         let prev = epoch.prev;
         let (c, p) = (&summary.cycles, &prev.cycles);
         let went_back = c.cycles < p.cycles
-            || c.misses < p.misses
+            || c.overruns < p.overruns
             || c.skipped < p.skipped
+            || c.activations < p.activations
+            || c.deadline_misses < p.deadline_misses
             || c.sum_duration_ns < p.sum_duration_ns;
+        let owed = if holds_lock {
+            overdue(summary, &epoch.info, now.monotonic_ns)
+        } else {
+            0
+        };
         let mut anomaly: Option<&'static str> = None;
         if went_back {
             anomaly = Some("probe summary counters went backwards");
         } else if let Some(s) = self.current.and_then(|i| self.series.get_mut(i)) {
             let v = &mut s.value;
             let dc = c.cycles - p.cycles;
-            let dm = c.misses - p.misses;
+            let dm = c.overruns - p.overruns;
             let ds = c.skipped - p.skipped;
+            let deadline = epoch
+                .counted
+                .advance(c.activations, summary.deadline_misses(), owed);
             v.cycles = v.cycles.saturating_add(dc);
-            v.misses = v.misses.saturating_add(dm);
+            v.overruns = v.overruns.saturating_add(dm);
             v.skipped = v.skipped.saturating_add(ds);
+            v.activations = v.activations.saturating_add(deadline.activations);
+            v.deadline_misses = v.deadline_misses.saturating_add(deadline.deadline_misses);
             v.sum_duration_ns = v
                 .sum_duration_ns
                 .saturating_add(c.sum_duration_ns - p.sum_duration_ns);
             if c.max_duration_ns > p.max_duration_ns {
                 v.max_duration_ns = v.max_duration_ns.max(c.max_duration_ns);
             }
-            if dc + dm + ds > 0 {
+            if dc + dm + ds + deadline.activations + deadline.deadline_misses > 0 {
                 v.dirty = true;
             }
         }
         epoch.prev = *summary;
         epoch.polls += 1;
         self.counts.cycles = c.cycles;
-        self.counts.misses = c.misses;
+        self.counts.overruns = c.overruns;
         self.counts.skipped = c.skipped;
+        self.counts.activations = epoch.counted.activations;
+        self.counts.deadline_misses = summary
+            .deadline_misses()
+            .map(|_| epoch.counted.deadline_misses);
 
         // Header event counters.
         let mode = wire_mode(self.mode());
@@ -723,7 +807,7 @@ impl LoopTracker {
                     id: self.loop_id,
                     name: &self.loop_name,
                 };
-                em.burst(now, id, &self.effective, mode, &b, sink);
+                em.burst(now, id, &self.effective, mode, self.semantics, &b, sink);
                 self.counts.bursts += 1;
             }
             self.burst_gate.last_ns = Some(t);
@@ -854,14 +938,32 @@ fn emit_counters<S: EventSink + ?Sized>(
             period_ns: epoch.info.period_ns,
             budget_ns: epoch.info.budget_ns,
             cycles: s.cycles,
-            misses: s.misses,
+            overruns: s.overruns,
             skipped: s.skipped,
+            activations: s.activations,
+            deadline_misses: match epoch.info.semantics() {
+                DeadlineSemantics::Completion => Some(s.deadline_misses),
+                DeadlineSemantics::Legacy => None,
+            },
+            deadline_ns: epoch.info.deadline_ns,
             sum_duration_ns: s.sum_duration_ns,
             max_duration_ns: s.max_duration_ns,
             histogram: &s.histogram,
         },
         sink,
     );
+}
+
+/// Activations a producer owes at `now_ns` (see [`super::provisional`]): 0 before its first
+/// record, when the ring no longer holds the record the summary ends with, and for a probe
+/// without deadlines.
+fn overdue(summary: &Summary, info: &ProbeInfo, now_ns: u64) -> u64 {
+    match (summary.last_record, info.deadline_ns) {
+        (Some(last), Some(deadline_ns)) => {
+            overdue_activations(now_ns, last.release_ns, info.period_ns, deadline_ns)
+        }
+        _ => 0,
+    }
 }
 
 /// Whether going from `a` to `b` is a model change worth a report: another (name, version), another

@@ -33,6 +33,7 @@ struct EncodingSink {
     autonomy: u64,
     last_cycles: u64,
     last_misses: u64,
+    last_deadline_misses: u64,
 }
 
 impl EventSink for EncodingSink {
@@ -48,6 +49,7 @@ impl EventSink for EncodingSink {
                 self.snapshots += 1;
                 self.last_cycles = c.cycles;
                 self.last_misses = c.misses;
+                self.last_deadline_misses = c.deadline_misses.unwrap_or(0);
             }
             Some(Kind::DeadlineMissBurst(_)) => self.bursts += 1,
             Some(Kind::SafetyFallback(f)) => {
@@ -86,6 +88,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
         autonomy: 0,
         last_cycles: 0,
         last_misses: 0,
+        last_deadline_misses: 0,
     };
 
     let mut w = writer(&path, "steer", 1 << 16);
@@ -102,7 +105,8 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
             let base = now().monotonic_ns;
             for k in 0..RECORDS {
                 let release = base + k * 1_000_000;
-                // A miss every 97 cycles, and three in a row every 5,000.
+                // A miss every 97 cycles, and three in a row every 5,000: over budget and,
+                // starting 0.2 ms late, past the 1 ms deadline.
                 let over = k % 97 == 0 || (k % 5000 < 3);
                 let mut flags = 0;
                 if k % 1000 == 500 {
@@ -113,7 +117,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
                 w.record(&Cycle {
                     cycle: k,
                     release_ns: release,
-                    start_ns: release + 5_000,
+                    start_ns: release + if over { 200_000 } else { 5_000 },
                     duration_ns: if over { 900_000 } else { 300_000 },
                     flags,
                 });
@@ -181,5 +185,6 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
         "the last snapshot holds every cycle"
     );
     assert_eq!(sink.last_misses, misses.load(Ordering::Relaxed));
+    assert_eq!(sink.last_deadline_misses, misses.load(Ordering::Relaxed));
     drop(w);
 }

@@ -4,7 +4,7 @@
 use edgewatch_proto::v1::{self, BurstRule, ProbeState, Tier, event::Kind};
 use edgewatch_samplers::CollectingSink;
 use edgewatch_samplers::deadline::{DeadlineSampler, LoopState};
-use loop_probe::{AutonomyMode, Cycle, ProbeWriter, WriterConfig};
+use loop_probe::{AutonomyMode, Cycle, DeadlineSemantics, ProbeWriter, WriterConfig};
 
 use crate::util::{config, now, picked, probe, scratch, states};
 
@@ -293,4 +293,94 @@ fn a_miss_run_spanning_two_polls_is_one_report() {
     .map(|b| (b.first_cycle, b.last_cycle, b.misses))
     .collect();
     assert_eq!(bursts, vec![(10, 15, 6)]);
+}
+
+#[test]
+fn an_abi_1_probe_is_sampled_with_its_loop_reported_as_legacy_semantics() {
+    let dir = scratch();
+    let path = dir.path().join("old.probe");
+    // The agent starts first, so it counts the producer from its start.
+    let mut s = DeadlineSampler::new(config(vec![probe(&path)], 1000.0, |_| {}), now());
+    let mut w = writer(&path, "old", 4096);
+    let base = now().monotonic_ns;
+    write_cycles(&mut w, base, 0, 100, &[10, 11, 12, 50]);
+    write_cycles(&mut w, base, 102, 98, &[]);
+    drop(w);
+    // What an ABI 1 producer leaves: version 1, and the deadline and the summary's deadline
+    // misses (words ABI 1 reserved) zero.
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&1u32.to_ne_bytes(), 8).unwrap();
+    f.write_all_at(&0u64.to_ne_bytes(), 112).unwrap();
+    f.write_all_at(&[0u8; 16], 232).unwrap();
+
+    let mut sink = CollectingSink::default();
+    s.poll(now(), None, &mut sink);
+    s.poll(now(), None, &mut sink);
+    assert_eq!(states(&sink, "old").last(), Some(&ProbeState::Died));
+    let last = *counters(&sink).last().unwrap();
+    assert_eq!(last.semantics(), v1::DeadlineSemantics::LegacyProbe);
+    assert_eq!((last.cycles, last.misses, last.skipped), (198, 4, 2));
+    assert_eq!(
+        (last.activations, last.overruns, last.deadline_misses),
+        (Some(200), Some(4), None),
+        "activations and overruns are exact; deadline misses absent, never the overruns"
+    );
+    assert_eq!(last.deadline_ns, 0);
+    let st = s.status(now()).next().unwrap();
+    assert_eq!(st.semantics, DeadlineSemantics::Legacy);
+    assert_eq!(st.counts.deadline_misses, None);
+    // Bursts of such a loop count overruns, as before deadlines, and say so.
+    let bursts: Vec<_> = picked(&sink, Tier::Safety, |k| match k {
+        Kind::DeadlineMissBurst(b) => Some(b),
+        _ => None,
+    })
+    .collect();
+    assert!(!bursts.is_empty());
+    assert!(
+        bursts
+            .iter()
+            .all(|b| b.semantics() == v1::DeadlineSemantics::LegacyProbe)
+    );
+}
+
+#[test]
+fn counters_carry_activations_deadline_misses_and_overruns_under_their_own_names() {
+    let dir = scratch();
+    let path = dir.path().join("a.probe");
+    let mut s = DeadlineSampler::new(config(vec![probe(&path)], 1000.0, |_| {}), now());
+    let mut sink = CollectingSink::default();
+    let mut w = writer(&path, "steer", 4096);
+    let base = now().monotonic_ns;
+    // Overruns within the deadline: 0.9 ms of a 0.8 ms budget, done 0.91 ms after release.
+    for k in 0..20u64 {
+        let release = base + k * 1_000_000;
+        let late = k == 7;
+        w.record(&Cycle {
+            cycle: k,
+            release_ns: release,
+            // Cycle 7 starts 0.95 ms late: done past its 1 ms deadline, within its budget.
+            start_ns: release + if late { 950_000 } else { 10_000 },
+            duration_ns: if k % 5 == 0 { 900_000 } else { 100_000 },
+            flags: 0,
+        });
+    }
+    // Two skipped activations (20, 21).
+    write_cycles(&mut w, base, 22, 8, &[]);
+    drop(w);
+    s.poll(now(), None, &mut sink);
+    s.poll(now(), None, &mut sink);
+    let last = *counters(&sink).last().unwrap();
+    assert_eq!(last.semantics(), v1::DeadlineSemantics::Completion);
+    assert_eq!(last.deadline_ns, 1_000_000);
+    assert_eq!(
+        (last.activations, last.deadline_misses, last.overruns),
+        (Some(30), Some(3), Some(4)),
+        "one late completion and two skipped activations; four overruns, all on time"
+    );
+    assert_eq!(
+        (last.cycles, last.misses, last.skipped),
+        (28, 4, 2),
+        "the old fields keep their old meaning"
+    );
 }

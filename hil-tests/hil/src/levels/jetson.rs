@@ -244,7 +244,7 @@ pub fn run(bins: &Binaries, config: &JetsonConfig) -> Result<JetsonReport, Level
         context: "opening the loop's probe".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let misses = || reader.summary().map_or(0, |s| s.cycles.misses);
+    let misses = || reader.summary().map_or(0, |s| s.cycles.deadline_misses);
     let main_cpus = config
         .housekeeping
         .iter()

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use edgewatch_proto::v1::{Tier, event::Kind};
-use loop_probe::{CycleCounters, EventCounters, PollStats, ProbeInfo, Record, Summary};
+use loop_probe::{CycleCounters, EventCounters, LastRecord, PollStats, ProbeInfo, Record, Summary};
 use proptest::prelude::*;
 
 use super::*;
@@ -84,18 +84,27 @@ fn the_probe_slot_wins_and_takes_its_name_from_config_or_a_manifest_of_the_same_
     assert!(is_unknown(&m));
 }
 
-fn summary(cycles: u64, misses: u64) -> Summary {
+/// A header of `cycles` cycles, `overruns` of them over budget, none late or skipped, the last
+/// released at `last_release_ns`.
+fn summary(cycles: u64, overruns: u64, last_release_ns: u64) -> Summary {
     Summary {
         cycles: CycleCounters {
             cycles,
-            misses,
+            overruns,
             skipped: 0,
             max_duration_ns: 1,
             sum_duration_ns: cycles,
+            activations: cycles,
+            deadline_misses: 0,
         },
         events: EventCounters::default(),
         head: cycles,
-        heartbeat_ns: 0,
+        heartbeat_ns: last_release_ns,
+        last_record: Some(LastRecord {
+            cycle: cycles - 1,
+            release_ns: last_release_ns,
+        }),
+        ..Summary::default()
     }
 }
 
@@ -103,7 +112,7 @@ fn summary(cycles: u64, misses: u64) -> Summary {
 fn counts_made_before_the_agent_first_saw_a_running_producer_are_not_attributed() {
     let mut t = LoopTracker::new(settings());
     let (mut em, mut sink) = (Emitter::new(), CollectingSink::default());
-    let base = summary(1_000, 10);
+    let base = summary(1_000, 10, 5_000);
     t.start_epoch(&info(9), Some((base, None)), at(5_000), &mut em, &mut sink);
     t.begin_poll(
         None,
@@ -114,15 +123,16 @@ fn counts_made_before_the_agent_first_saw_a_running_producer_are_not_attributed(
         &mut sink,
     );
     t.end_poll(
-        &summary(1_050, 12),
+        &summary(1_050, 12, 6_000),
         &PollStats::default(),
         None,
+        true,
         at(6_000),
         &mut em,
         &mut sink,
     );
     let (_, start, s) = t.series().next().unwrap();
-    assert_eq!((s.cycles, s.misses), (50, 2));
+    assert_eq!((s.cycles, s.overruns, s.activations), (50, 2, 50));
     assert_eq!(
         start,
         at(5_000).wall_unix_ns,
@@ -144,15 +154,16 @@ fn a_producer_started_after_the_agent_counts_from_its_start() {
         &mut sink,
     );
     t.end_poll(
-        &summary(40, 1),
+        &summary(40, 1, 6_000),
         &PollStats::default(),
         None,
+        true,
         at(6_000),
         &mut em,
         &mut sink,
     );
     let (_, start, s) = t.series().next().unwrap();
-    assert_eq!((s.cycles, s.misses), (40, 1));
+    assert_eq!((s.cycles, s.overruns, s.activations), (40, 1, 40));
     assert_eq!(
         start,
         at(1_000).wall_unix_ns,
@@ -163,12 +174,19 @@ fn a_producer_started_after_the_agent_counts_from_its_start() {
 /// What the test producer does between polls.
 #[derive(Debug, Clone)]
 enum Action {
-    /// Record `n` cycles, every `miss_every`-th a miss, after `skip` skipped activations.
-    Record { n: u64, miss_every: u64, skip: u64 },
+    /// Record `n` cycles after `skip` skipped activations: every `miss_every`-th over budget,
+    /// every `late_every`-th completing past its deadline.
+    Record {
+        n: u64,
+        miss_every: u64,
+        late_every: u64,
+        skip: u64,
+    },
     /// Publish model `v` in the slot.
     Model(u8),
-    /// The agent polls; the oldest `lose` new records were overwritten before it read them.
-    Poll { lose: u64 },
+    /// The agent polls; the oldest `lose` new records were overwritten before it read them;
+    /// the producer holds its lock (else it is dead, and owes nothing).
+    Poll { lose: u64, holds_lock: bool },
     /// The periodic snapshot.
     Snapshot,
     /// The producer crashes and a new one starts (new epoch, counters from zero).
@@ -177,9 +195,12 @@ enum Action {
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        4 => (1..40u64, 1..6u64, 0..3u64).prop_map(|(n, miss_every, skip)| Action::Record { n, miss_every, skip }),
+        4 => (1..40u64, 1..6u64, 1..7u64, 0..3u64).prop_map(|(n, miss_every, late_every, skip)| {
+            Action::Record { n, miss_every, late_every, skip }
+        }),
         1 => (0..3u8).prop_map(Action::Model),
-        3 => (0..5u64).prop_map(|lose| Action::Poll { lose }),
+        3 => (0..5u64, proptest::bool::weighted(0.8))
+            .prop_map(|(lose, holds_lock)| Action::Poll { lose, holds_lock }),
         1 => Just(Action::Snapshot),
         1 => Just(Action::Restart),
     ]
@@ -194,17 +215,25 @@ struct Model {
     /// Records written since the last poll.
     unread: Vec<Record>,
     model: Option<u8>,
-    /// Expected (cycles, misses, skipped) per model version label, this epoch.
+    /// Expected (cycles, overruns, skipped) per model version label, this epoch.
     expected: BTreeMap<String, (u64, u64, u64)>,
     /// Counters at the last poll.
     polled: CycleCounters,
     /// Records the agent read this epoch (for the histogram).
     delivered: u64,
+    /// Activations and deadline misses the agent must have counted this epoch: the largest
+    /// header total plus what was overdue, over the polls.
+    counted: (u64, u64),
+    /// The last record written.
+    last: Option<LastRecord>,
 }
 
 fn label(m: Option<u8>) -> String {
     m.map_or_else(String::new, |v| format!("v{v}"))
 }
+
+/// The template's period and deadline (1 ms each).
+const PERIOD: u64 = 1_000_000;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
@@ -219,35 +248,50 @@ proptest! {
         let mut clock = 10_000u64;
         t.start_epoch(&info(m.epoch), None, at(clock), &mut em, &mut sink);
         for a in actions {
-            clock += 1_000_000;
+            clock += PERIOD;
             match a {
-                Action::Record { n, miss_every, skip } => {
+                Action::Record { n, miss_every, late_every, skip } => {
                     if m.totals.cycles > 0 {
                         m.next_cycle += skip;
                         m.totals.skipped += skip;
+                        m.totals.activations += skip;
+                        m.totals.deadline_misses += skip;
                     }
                     for i in 0..n {
                         let miss = i % miss_every == 0;
+                        let late = i % late_every == 1;
                         let duration = if miss { 900_000 } else { 100_000 };
+                        let release = clock + i * 10;
+                        let start = if late { release + PERIOD } else { release + 10 };
                         m.totals.cycles += 1;
-                        m.totals.misses += u64::from(miss);
+                        m.totals.activations += 1;
+                        m.totals.overruns += u64::from(miss);
+                        m.totals.deadline_misses += u64::from(late);
                         m.totals.sum_duration_ns += duration;
                         m.totals.max_duration_ns = m.totals.max_duration_ns.max(duration);
+                        m.last = Some(LastRecord { cycle: m.next_cycle, release_ns: release });
+                        let mut flags = 0;
+                        if miss {
+                            flags |= loop_probe::FLAG_OVERRUN;
+                        }
+                        if late {
+                            flags |= loop_probe::FLAG_DEADLINE_MISS;
+                        }
                         m.unread.push(Record {
                             index: m.totals.cycles - 1,
                             cycle: m.next_cycle,
-                            release_ns: clock,
-                            start_ns: clock + 10,
+                            release_ns: release,
+                            start_ns: start,
                             duration_ns: duration,
                             budget_ns: 800_000,
                             loop_id: 3,
-                            flags: if miss { loop_probe::FLAG_OVERRUN } else { 0 },
+                            flags,
                         });
                         m.next_cycle += 1;
                     }
                 }
                 Action::Model(v) => m.model = Some(v),
-                Action::Poll { lose } => {
+                Action::Poll { lose, holds_lock } => {
                     let s = m.model.map(|v| slot(&format!("v{v}")));
                     t.begin_poll(s.as_ref(), None, AutonomyMode::Unknown, at(clock), &mut em, &mut sink);
                     let lose = lose.min(m.unread.len() as u64);
@@ -256,50 +300,83 @@ proptest! {
                     }
                     m.delivered += m.unread.len() as u64 - lose;
                     m.unread.clear();
-                    let summary = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock };
+                    let summary = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock, last_record: m.last, ..Summary::default() };
                     let stats = PollStats { lost: lose, ..PollStats::default() };
-                    t.end_poll(&summary, &stats, None, at(clock), &mut em, &mut sink);
+                    t.end_poll(&summary, &stats, None, holds_lock, at(clock), &mut em, &mut sink);
                     let e = m.expected.entry(label(m.model)).or_default();
                     e.0 += m.totals.cycles - m.polled.cycles;
-                    e.1 += m.totals.misses - m.polled.misses;
+                    e.1 += m.totals.overruns - m.polled.overruns;
                     e.2 += m.totals.skipped - m.polled.skipped;
                     m.polled = m.totals;
+                    let owed = if holds_lock && m.totals.cycles > 0 {
+                        super::super::provisional::overdue_activations(clock, m.last.unwrap().release_ns, PERIOD, PERIOD)
+                    } else {
+                        0
+                    };
+                    m.counted.0 = m.counted.0.max(m.totals.activations + owed);
+                    m.counted.1 = m.counted.1.max(m.totals.deadline_misses + owed);
                     // The invariant: per model, the series hold exactly the header's deltas.
                     let mut got: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
                     let mut histogram = 0;
+                    let mut counted = (0, 0);
                     for (model, _, s) in t.series() {
-                        got.insert(model.version.clone(), (s.cycles, s.misses, s.skipped));
+                        got.insert(model.version.clone(), (s.cycles, s.overruns, s.skipped));
                         histogram += s.histogram.total();
+                        counted.0 += s.activations;
+                        counted.1 += s.deadline_misses;
                     }
                     let want: BTreeMap<_, _> = m.expected.iter().filter(|(_, v)| **v != (0, 0, 0)).map(|(k, v)| (k.clone(), *v)).collect();
                     let got: BTreeMap<_, _> = got.into_iter().filter(|(_, v)| *v != (0, 0, 0)).collect();
                     prop_assert_eq!(got, want);
                     prop_assert_eq!(histogram, m.delivered);
+                    // And activations and deadline misses add up to max(header + overdue) so far.
+                    prop_assert_eq!(counted, m.counted);
+                    prop_assert_eq!(t.counts().activations, m.counted.0);
+                    prop_assert_eq!(t.counts().deadline_misses, Some(m.counted.1));
                 }
                 Action::Snapshot => t.snapshot(at(clock), &mut em, &mut sink),
                 Action::Restart => {
                     t.end_epoch(at(clock), &mut em, &mut sink);
                     // The last report of each series of the old epoch holds its final counts.
                     let mut last: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+                    let mut counted: BTreeMap<String, (u64, u64)> = BTreeMap::new();
                     for (_, e) in &sink.events {
                         if let Some(Kind::DeadlineCounters(c)) = &e.kind
                             && c.producer_epoch == m.epoch
                         {
-                            last.insert(c.model.as_ref().unwrap().version.clone(), (c.cycles, c.misses, c.skipped));
+                            let version = c.model.as_ref().unwrap().version.clone();
+                            last.insert(version.clone(), (c.cycles, c.misses, c.skipped));
+                            counted.insert(version, (c.activations.unwrap(), c.deadline_misses.unwrap()));
                         }
                     }
                     let want: BTreeMap<_, _> = m.expected.iter().filter(|(_, v)| v.0 + v.2 > 0).map(|(k, v)| (k.clone(), *v)).collect();
+                    let last: BTreeMap<_, _> = last.into_iter().filter(|(_, v)| v.0 + v.2 > 0).collect();
                     prop_assert_eq!(last, want);
+                    let total = counted.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+                    prop_assert_eq!(total, m.counted);
                     m = Model { epoch: m.epoch + 1, model: None, ..Model::default() };
                     t.start_epoch(&info(m.epoch), None, at(clock), &mut em, &mut sink);
                 }
             }
         }
-        // Nothing is ever reported with zero counts, and every counter event is SLO tier.
+        // Nothing is ever reported with zero counts, every counter event is SLO tier, and within
+        // a series activations and deadline misses never go down and hold what the header held.
+        let mut seen: BTreeMap<(u64, String), (u64, u64)> = BTreeMap::new();
         for (tier, e) in &sink.events {
             if let Some(Kind::DeadlineCounters(c)) = &e.kind {
                 prop_assert_eq!(*tier, Tier::Slo);
-                prop_assert!(c.cycles + c.skipped > 0);
+                let (a, d) = (c.activations.unwrap(), c.deadline_misses.unwrap());
+                prop_assert!(c.cycles + c.skipped + a > 0);
+                // (Activations are at least cycles + skipped over an epoch's series, checked at
+                // each poll above, but not per series: what was counted provisionally under one
+                // model is repaid by the probe's counts under the model of the poll that sees
+                // the recovery.)
+                prop_assert!(d <= a);
+                prop_assert_eq!(c.overruns, Some(c.misses));
+                prop_assert_eq!(c.semantics(), v1::DeadlineSemantics::Completion);
+                let key = (c.producer_epoch, c.model.as_ref().unwrap().version.clone());
+                let before = seen.insert(key, (a, d)).unwrap_or((0, 0));
+                prop_assert!(a >= before.0 && d >= before.1, "went down: {:?} -> {:?}", before, (a, d));
             }
         }
     }
