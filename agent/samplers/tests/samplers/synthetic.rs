@@ -156,6 +156,14 @@ fn the_sampler_reports_what_a_scripted_loop_injected() {
     assert_eq!(sum(|c| c.misses), j["misses_observed"].as_u64().unwrap());
     assert_eq!(sum(|c| c.skipped), j["skipped_injected"].as_u64().unwrap());
     assert_eq!(j["skipped_injected"], 11);
+    // Deadline misses and activations, against the loop's own clock.
+    let tally = &j["tally"]["total"];
+    assert_eq!(
+        sum(|c| c.deadline_misses.unwrap()),
+        tally["deadline_misses"].as_u64().unwrap()
+    );
+    assert_eq!(sum(|c| c.activations.unwrap()), 600);
+    assert_eq!(tally["activations"], 600);
     let v10 = series["det-1.0"];
     let v11 = series["det-1.1"];
     assert!(
@@ -205,12 +213,15 @@ fn the_sampler_reports_what_a_scripted_loop_injected() {
         _ => None,
     })
     .collect();
+    // Activation 100 is skipped (`skip every 50`), a deadline miss; the five overruns of 6 ms
+    // after it each complete past their 5 ms deadline: one run of misses from 100.
     assert!(
         bursts.iter().any(|b| b.rule() == BurstRule::Consecutive
-            && b.first_cycle == 101
+            && b.semantics() == v1::DeadlineSemantics::Completion
+            && b.first_cycle == 100
             && b.last_cycle >= 105
             && b.worst_duration_ns >= 6_000_000),
-        "the five injected overruns in a row are a burst: {:?}",
+        "the skipped activation and the five injected overruns after it are a burst: {:?}",
         bursts
             .iter()
             .map(|b| (
@@ -276,6 +287,197 @@ fn the_sampler_reports_what_a_scripted_loop_injected() {
         );
     }
     assert!(secs[&("det-1.1".to_owned(), Autonomous as i32)] > 0.5);
+}
+
+/// Last value of each (epoch, model version) series' `DeadlineCounters`, checking on the way that
+/// activations and deadline misses never go down within a series.
+fn last_counters(sink: &CollectingSink) -> BTreeMap<(u64, String), &v1::DeadlineCounters> {
+    let mut last: BTreeMap<(u64, String), &v1::DeadlineCounters> = BTreeMap::new();
+    for c in picked(sink, Tier::Slo, |k| match k {
+        Kind::DeadlineCounters(c) => Some(c),
+        _ => None,
+    }) {
+        let key = (c.producer_epoch, c.model.as_ref().unwrap().version.clone());
+        if let Some(before) = last.get(&key) {
+            assert!(
+                c.activations >= before.activations && c.deadline_misses >= before.deadline_misses,
+                "a counter went down: {before:?} -> {c:?}"
+            );
+        }
+        last.insert(key, c);
+    }
+    last
+}
+
+/// Sums a field over the series.
+fn total(
+    last: &BTreeMap<(u64, String), &v1::DeadlineCounters>,
+    f: fn(&v1::DeadlineCounters) -> u64,
+) -> u64 {
+    last.values().map(|c| f(c)).sum()
+}
+
+#[test]
+fn a_step_that_starts_late_and_completes_past_its_deadline_is_a_miss_from_loop_to_sampler() {
+    let dir = scratch();
+    let path = dir.path().join("loop.probe");
+    let cfg = config(vec![probe(&path)], 0.2, |d| d.stall_min_ms = Some(1000.0));
+    let mut s = DeadlineSampler::new(cfg, now());
+    let mut sink = CollectingSink::default();
+    // 100 Hz for 1.5 s: an overrun that meets its deadline, then four steps within their
+    // budget that complete 10 ms past theirs because they start 20 ms late.
+    let mut child = Running::spawn(
+        &path,
+        &[
+            "--loop-name",
+            "haul",
+            "--rate-hz",
+            "100",
+            "--budget-ms",
+            "4",
+            "--duration",
+            "1.5s",
+            "--event",
+            "overrun 1.5x at cycle 29",
+            "--event",
+            "late-start 20ms at cycles 30..34",
+        ],
+    );
+    poll_until(&mut s, &mut sink, "the loop to finish", |_, _| {
+        child.exited()
+    });
+    let out = child.output();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    poll_until(&mut s, &mut sink, "the producer's death", |_, sink| {
+        states(sink, "haul").contains(&ProbeState::Died)
+    });
+    let tally = &j["tally"]["total"];
+    let last = last_counters(&sink);
+    for c in last.values() {
+        assert_eq!(c.semantics(), v1::DeadlineSemantics::Completion);
+        assert_eq!(c.deadline_ns, 10_000_000);
+    }
+    let misses = total(&last, |c| c.deadline_misses.unwrap());
+    assert!(misses >= 4, "the four late steps are misses: {misses}");
+    assert_eq!(misses, tally["deadline_misses"].as_u64().unwrap());
+    assert_eq!(
+        total(&last, |c| c.activations.unwrap()),
+        tally["activations"].as_u64().unwrap()
+    );
+    assert_eq!(
+        total(&last, |c| c.overruns.unwrap()),
+        tally["overruns"].as_u64().unwrap()
+    );
+    // The old field keeps its old meaning: overruns.
+    assert_eq!(
+        total(&last, |c| c.misses),
+        j["misses_observed"].as_u64().unwrap()
+    );
+    let bursts: Vec<_> = picked(&sink, Tier::Safety, |k| match k {
+        Kind::DeadlineMissBurst(b) if b.rule() == BurstRule::Consecutive => Some(b),
+        _ => None,
+    })
+    .collect();
+    // With `burst_min_interval` at 0 a run still going at a poll is reported then and goes on
+    // in a later report, so the run may arrive in pieces: together they cover the four steps.
+    assert!(
+        (30..=33).all(|cycle| bursts
+            .iter()
+            .any(|b| b.first_cycle <= cycle && cycle <= b.last_cycle)),
+        "four late steps in a row are a burst: {bursts:?}"
+    );
+}
+
+#[test]
+fn a_loop_that_hangs_2s_at_25_hz_yields_at_least_50_deadline_misses_equal_to_its_own_tally() {
+    let dir = scratch();
+    let path = dir.path().join("loop.probe");
+    let cfg = config(vec![probe(&path)], 0.1, |d| d.stall_min_ms = Some(100.0));
+    let mut s = DeadlineSampler::new(cfg, now());
+    let mut sink = CollectingSink::default();
+    // 25 Hz for 4 s: activations 0..99; the hang swallows 25..74 and the loop resumes at 75.
+    let mut child = Running::spawn(
+        &path,
+        &[
+            "--loop-name",
+            "haul",
+            "--rate-hz",
+            "25",
+            "--budget-ms",
+            "20",
+            "--duration",
+            "4s",
+            "--event",
+            "hang 2s at cycle 25",
+        ],
+    );
+    // While it hangs: the producer's last record is cycle 24, a second and more ago.
+    let hanging = || {
+        let r = loop_probe::ProbeReader::open(&path).ok()?;
+        let summary = r.summary().ok()?;
+        let last = summary.last_record?;
+        let silent_ns = loop_probe::clock::monotonic_ns().saturating_sub(last.release_ns);
+        Some(last.cycle == 24 && silent_ns >= 1_200_000_000)
+    };
+    let latest_misses = |sink: &CollectingSink| {
+        picked(sink, Tier::Slo, |k| match k {
+            Kind::DeadlineCounters(c) => Some(c),
+            _ => None,
+        })
+        .last()
+        .and_then(|c| c.deadline_misses)
+        .unwrap_or(0)
+    };
+    poll_until(&mut s, &mut sink, "1.2 s into the hang", |_, _| {
+        hanging() == Some(true)
+    });
+    // Provisional counting: one more snapshot, then the loop must still be hanging.
+    std::thread::sleep(Duration::from_millis(150));
+    s.poll(now(), None, &mut sink);
+    let while_hanging = latest_misses(&sink);
+    let status = s.status(now()).next().unwrap();
+    assert_eq!(
+        hanging(),
+        Some(true),
+        "the loop recovered too early to tell"
+    );
+    assert!(
+        while_hanging >= 25,
+        "1.3 s into a hang at 25 Hz, its overdue activations are misses already: {while_hanging}"
+    );
+    assert_eq!(status.state, LoopState::Stalled);
+    assert!(status.counts.deadline_misses >= Some(while_hanging));
+    assert!(states(&sink, "haul").contains(&ProbeState::Stalled));
+
+    poll_until(&mut s, &mut sink, "the loop to finish", |_, _| {
+        child.exited()
+    });
+    let out = child.output();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    poll_until(&mut s, &mut sink, "the producer's death", |_, sink| {
+        states(sink, "haul").contains(&ProbeState::Died)
+    });
+    let tally = &j["tally"]["total"];
+    assert_eq!(tally["skipped"], 50);
+    assert_eq!(tally["activations"], 100);
+    // After recovery the probe's counts took over: no activation counted twice.
+    let last = last_counters(&sink);
+    let misses = total(&last, |c| c.deadline_misses.unwrap());
+    assert!(misses >= 50, "{misses}");
+    assert_eq!(misses, tally["deadline_misses"].as_u64().unwrap());
+    assert_eq!(total(&last, |c| c.activations.unwrap()), 100);
+    assert_eq!(total(&last, |c| c.skipped), 50);
+    assert!(misses >= while_hanging);
 }
 
 #[test]
