@@ -3,7 +3,7 @@
 //!
 //! A test binary installs it once:
 //!
-//! ```ignore
+//! ```no_run
 //! use edgewatch_test_kit::alloc::CountingAllocator;
 //!
 //! #[global_allocator]
