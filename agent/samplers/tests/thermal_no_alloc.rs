@@ -19,6 +19,7 @@ use prost::Message;
 #[path = "thermal/fake_sysfs.rs"]
 #[allow(dead_code)]
 mod fake_sysfs;
+use fake_sysfs::RootedConfig;
 #[path = "thermal/util.rs"]
 #[allow(dead_code)]
 mod util;
@@ -92,13 +93,14 @@ fn a_line_a_sysfs_poll_and_their_events_allocate_nothing_after_warm_up() {
     .collect();
     assert_eq!(lines.len(), 6);
 
-    let fake = fake_sysfs::FakeSysfs::orin();
+    let fake = fake_sysfs::FakeSysfs::orin().unwrap();
     // A 48 °C passive trip on the cpu zone: the lines' cpu@47.7..52.6C cross it both ways
     // every cycle, so throttle episodes start and end in the measured stretch too.
     fake.write(
         "sys/devices/virtual/thermal/thermal_zone0/trip_point_0_temp",
         "48000\n",
-    );
+    )
+    .unwrap();
     let config = fake.config(ThermalConfigRaw {
         debug_sample_every: 5,
         trip_hysteresis_celsius: 0.0,

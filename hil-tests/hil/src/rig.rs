@@ -8,11 +8,13 @@
 //! - Nothing here imitates the agent: the agent under test is the binary that ships.
 
 use std::io::Read;
-use std::os::unix::fs::symlink;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use edgewatch_test_kit::sysfs::FakeSysfs;
+use edgewatch_test_kit::sysfs::SysfsError;
 
 /// A rig component that could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,9 @@ pub enum RigError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The fake sysfs tree could not be built.
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
     /// A process did not come up.
     #[error("{what} did not start: {detail}")]
     NotStarted {
@@ -127,122 +132,27 @@ pub fn scratch(prefix: &str) -> Result<tempfile::TempDir, RigError> {
         .map_err(io("creating a scratch directory"))
 }
 
-/// A fake Jetson sysfs tree (AGX Orin-like) laid out as the real one: class directories are
-/// symlinks into `devices`, the GPU is found through `device/of_node/name`, and every cpufreq
-/// policy also holds the `cpuinfo_cur_freq` the agent must never open. Trip points sit far above
-/// the capture's temperatures, so sampling alone emits no throttle events.
-pub struct FakeSysfs {
-    root: PathBuf,
-}
-
-impl FakeSysfs {
-    /// Builds the tree under `root`.
-    pub fn orin(root: &Path) -> Result<Self, RigError> {
-        let fake = Self {
-            root: root.to_owned(),
-        };
-        for (n, kind, temp) in [
-            (0, "cpu-thermal", 50_000),
-            (1, "gpu-thermal", 48_000),
-            (2, "tj-thermal", 50_000),
-            (3, "soc0-thermal", 47_000),
-        ] {
-            let dir = format!("sys/devices/virtual/thermal/thermal_zone{n}");
-            fake.write(&format!("{dir}/type"), &format!("{kind}\n"))?;
-            fake.write(&format!("{dir}/temp"), &format!("{temp}\n"))?;
-            fake.write(&format!("{dir}/policy"), "step_wise\n")?;
-            fake.write(&format!("{dir}/trip_point_0_temp"), "95500\n")?;
-            fake.write(&format!("{dir}/trip_point_0_type"), "passive\n")?;
-            fake.write(&format!("{dir}/trip_point_0_hyst"), "0\n")?;
-            fake.write(&format!("{dir}/trip_point_1_temp"), "105000\n")?;
-            fake.write(&format!("{dir}/trip_point_1_type"), "critical\n")?;
-            fake.write(&format!("{dir}/trip_point_1_hyst"), "0\n")?;
-            fake.link(&dir, &format!("sys/class/thermal/thermal_zone{n}"))?;
-        }
-        for first in [0u32, 4, 8] {
-            let dir = format!("sys/devices/system/cpu/cpufreq/policy{first}");
-            fake.write(&format!("{dir}/cpuinfo_max_freq"), "2201600\n")?;
-            fake.write(&format!("{dir}/cpuinfo_min_freq"), "115200\n")?;
-            fake.write(&format!("{dir}/scaling_max_freq"), "2201600\n")?;
-            fake.write(&format!("{dir}/scaling_cur_freq"), "1728000\n")?;
-            fake.write(&format!("{dir}/cpuinfo_cur_freq"), "1728000\n")?;
-            fake.write(
-                &format!("{dir}/related_cpus"),
-                &format!("{} {} {} {}\n", first, first + 1, first + 2, first + 3),
-            )?;
-            for cpu in first..first + 4 {
-                fake.link(&dir, &format!("sys/devices/system/cpu/cpu{cpu}/cpufreq"))?;
-            }
-        }
-        let name = "17000000.gpu";
-        let device = format!("sys/devices/platform/bus@0/{name}");
-        let devfreq = format!("{device}/devfreq/{name}");
-        let of_node = "sys/firmware/devicetree/base/bus@0/gpu@17000000";
-        fake.write(&format!("{of_node}/name"), "ga10b\0")?;
-        fake.write(&format!("{devfreq}/cur_freq"), "306000000\n")?;
-        fake.write(&format!("{devfreq}/max_freq"), "1300500000\n")?;
-        fake.write(&format!("{devfreq}/min_freq"), "306000000\n")?;
-        fake.write(
-            &format!("{devfreq}/available_frequencies"),
-            "306000000 612000000 918000000 1300500000\n",
+/// A fake Jetson sysfs tree (AGX Orin-like) under `root`, laid out as the real one (see
+/// [`edgewatch_test_kit::sysfs`]): cpu, gpu, tj and soc0 zones, three clusters running at
+/// 1728 MHz, the ga10b GPU, INA3221 and `soctherm_oc` hwmons, power mode 0. Trip points sit far
+/// above the capture's temperatures, so sampling alone emits no throttle events.
+pub fn orin_sysfs(root: &Path) -> Result<FakeSysfs, RigError> {
+    let fake = FakeSysfs::at(root);
+    for (n, kind, temp) in [
+        (0, "cpu-thermal", 50_000),
+        (1, "gpu-thermal", 48_000),
+        (2, "tj-thermal", 50_000),
+        (3, "soc0-thermal", 47_000),
+    ] {
+        fake.zone(
+            n,
+            kind,
+            temp,
+            &[(95_500, "passive", 0), (105_000, "critical", 0)],
         )?;
-        fake.link(of_node, &format!("{device}/of_node"))?;
-        fake.link(&device, &format!("{devfreq}/device"))?;
-        fake.link(&devfreq, &format!("sys/class/devfreq/{name}"))?;
-        for (n, device, name, files) in [
-            (
-                0,
-                "i2c-1/1-0040",
-                "ina3221",
-                &[("in1_input", "5000"), ("curr1_input", "1200")][..],
-            ),
-            (
-                3,
-                "soctherm-oc-event",
-                "soctherm_oc",
-                &[
-                    ("oc1_event_cnt", "0"),
-                    ("oc2_event_cnt", "0"),
-                    ("oc3_event_cnt", "1200"),
-                    ("oc1_throt_en", "1"),
-                    ("oc2_throt_en", "1"),
-                    ("oc3_throt_en", "1"),
-                ][..],
-            ),
-        ] {
-            let dir = format!("sys/devices/platform/{device}/hwmon/hwmon{n}");
-            fake.write(&format!("{dir}/name"), &format!("{name}\n"))?;
-            for (file, value) in files {
-                fake.write(&format!("{dir}/{file}"), &format!("{value}\n"))?;
-            }
-            fake.link(&dir, &format!("sys/class/hwmon/hwmon{n}"))?;
-        }
-        fake.write("var/lib/nvpmodel/status", "pmode:0000\n")?;
-        Ok(fake)
     }
-
-    /// The tree's root (the agent's `thermal.sysfs_root`).
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn write(&self, rel: &str, content: &str) -> Result<(), RigError> {
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        std::fs::write(&path, content).map_err(io(format!("writing {}", path.display())))
-    }
-
-    fn link(&self, target: &str, rel: &str) -> Result<(), RigError> {
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        symlink(self.root.join(target), &path).map_err(io(format!("linking {}", path.display())))
-    }
+    fake.orin_devices(1_728_000)?;
+    Ok(fake)
 }
 
 /// One probe the agent samples.
