@@ -4,6 +4,8 @@
 //! Layout:
 //! - [`alloc`]: a counting global allocator, for the no-allocation tests and benches.
 //! - [`sysfs`]: a fake Jetson sysfs tree (thermal zones, cpufreq, GPU devfreq, hwmon, nvpmodel).
+//! - [`config_docs`]: the keys a configuration parser accepts, read from its refusal of an unknown
+//!   key, and the sections and examples of the documentation that must list them.
 //!
 //! Invariants:
 //! - Depends on no workspace crate, so any crate may use it as a dev-dependency (and the HIL rig
@@ -11,4 +13,5 @@
 //! - Everything it writes stays under a directory the caller owns or a temporary one.
 
 pub mod alloc;
+pub mod config_docs;
 pub mod sysfs;
