@@ -133,7 +133,7 @@ fn status_reports_queue_uplink_and_staleness_without_touching_the_agent() {
     let broker = Mosquitto::start().unwrap();
     // Someone must subscribe: without one the broker answers "no subscribers" and the agent
     // backs off.
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let mut agent = Agent::start(&AgentSetup::new(broker.addr()));
     submit_all(
         &agent.socket,
@@ -192,7 +192,7 @@ fn super_stale() -> Duration {
 #[test]
 fn emit_and_a_burst_of_100000_submissions_all_arrive() {
     let broker = Mosquitto::start().unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let agent = Agent::start(&AgentSetup::new(broker.addr()));
 
     let output = Command::new(BIN)

@@ -417,7 +417,8 @@ fn the_documented_acl_admits_a_machine_under_its_own_id_only_and_lets_the_gatewa
     let ca = pki.ca_pem().to_owned();
     let collector = Collector::start_with(broker.addr(), move |options| {
         options.set_transport(edgewatch_harness::mqtt::tls_transport(&ca, &gateway));
-    });
+    })
+    .unwrap();
 
     let machine = pki.issue_client("truck-17").unwrap();
     let mut setup = AgentSetup::new(broker.addr());
