@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::{Launch, Process};
+use crate::process::{Launch, Process, run_with_config};
 use crate::{HarnessError, Result};
 
 /// A running (or stopped, restartable) agent in its directory.
@@ -104,14 +104,7 @@ impl AgentProcess {
     /// Runs `<binary> <args> --config <dir>/agent.toml` to completion (`status --json`,
     /// `check-config`).
     pub fn command(&self, args: &[&str]) -> Result<std::process::Output> {
-        Command::new(&self.binary)
-            .args(args)
-            .arg("--config")
-            .arg(self.config())
-            .output()
-            .map_err(HarnessError::io(format!(
-                "running edgewatch-agent {args:?}"
-            )))
+        run_with_config(&self.binary, args, &self.config())
     }
 }
 

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::Result;
 use crate::metrics;
-use crate::process::{Launch, Process};
-use crate::{HarnessError, Result};
+use crate::process::{Launch, Process, run_with_config};
 
 /// How long a scrape of `/metrics` may take.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,14 +128,7 @@ impl GatewayProcess {
 
     /// Runs `<binary> <args> --config <config>` to completion.
     pub fn command(&self, args: &[&str]) -> Result<std::process::Output> {
-        Command::new(&self.binary)
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .output()
-            .map_err(HarnessError::io(format!(
-                "running edgewatch-gateway {args:?}"
-            )))
+        run_with_config(&self.binary, args, &self.config)
     }
 }
 

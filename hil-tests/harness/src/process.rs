@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{HarnessError, Result};
@@ -288,6 +288,20 @@ impl Drop for Process {
             None => self.kill(),
         }
     }
+}
+
+/// Runs `<binary> <args> --config <config>` to completion: another subcommand (`status`,
+/// `check-config`, `report`) on a running binary's configuration.
+pub(crate) fn run_with_config(binary: &Path, args: &[&str], config: &Path) -> Result<Output> {
+    Command::new(binary)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .map_err(HarnessError::io(format!(
+            "running {} {args:?}",
+            binary.display()
+        )))
 }
 
 /// How a workspace binary (agent or gateway) is launched by its handle.
