@@ -24,8 +24,10 @@ use edgewatch_agent::config::Config;
 use edgewatch_harness::mosquitto::{Mosquitto, MosquittoOptions};
 use edgewatch_harness::pki::FleetPki;
 use edgewatch_proto::v1::Tier;
-use edgewatch_test_kit::config_docs::{accepted_keys_in_refusal, fenced, section, uncomment_table};
-use util::{Agent, AgentSetup, BIN, Collector, submit_all, test_event, wait_until};
+use edgewatch_test_kit::config_docs::{
+    accepted_keys_in_refusal, fenced, section, uncomment_stated_defaults, uncomment_table,
+};
+use util::{Agent, AgentSetup, BIN, Collector, check_config, submit_all, test_event, wait_until};
 
 const CONFIGURATION: &str = include_str!("../../../docs/configuration.md");
 const RUNBOOK: &str = include_str!("../../../docs/runbook.md");
@@ -81,17 +83,6 @@ fn accepted_keys(table: &str) -> Vec<String> {
 
 fn complete_example() -> &'static str {
     fenced(section(CONFIGURATION, "### Complete example"), "toml")
-}
-
-fn check_config(text: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.toml");
-    std::fs::write(&path, text).unwrap();
-    Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap()
 }
 
 /// Dotted keys of a TOML document; arrays of tables contribute their entries' keys.
@@ -301,19 +292,7 @@ fn the_packaged_tls_table_once_uncommented_passes_check_config_and_names_the_pro
 
 #[test]
 fn uncommenting_the_stated_defaults_of_the_packaged_configuration_changes_nothing() {
-    let mut stated = 0;
-    let uncommented: String = PACKAGED
-        .lines()
-        .map(|line| match line.strip_prefix('#') {
-            Some(rest)
-                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
-            {
-                stated += 1;
-                format!("{rest}\n")
-            }
-            _ => format!("{line}\n"),
-        })
-        .collect();
+    let (uncommented, stated) = uncomment_stated_defaults(PACKAGED);
     assert!(stated >= 10, "only {stated} stated defaults");
     assert_eq!(
         format!("{:?}", parse(&uncommented)),

@@ -85,6 +85,25 @@ pub fn uncomment_table(text: &str, table: &str) -> String {
     out
 }
 
+/// `text` with every commented-out `#key = value` line (a stated default) uncommented, and how
+/// many there were.
+pub fn uncomment_stated_defaults(text: &str) -> (String, usize) {
+    let mut stated = 0;
+    let uncommented: String = text
+        .lines()
+        .map(|line| match line.strip_prefix('#') {
+            Some(rest)
+                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
+            {
+                stated += 1;
+                format!("{rest}\n")
+            }
+            _ => format!("{line}\n"),
+        })
+        .collect();
+    (uncommented, stated)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +140,19 @@ mod tests {
     fn the_first_block_of_the_info_string_is_taken() {
         let text = "```sh\nx\n```\n```toml\na = 1\n```\n```toml\nb = 2\n```\n";
         assert_eq!(fenced(text, "toml"), "a = 1\n");
+    }
+
+    #[test]
+    fn stated_defaults_are_uncommented_and_counted_and_prose_is_not() {
+        let text = "# The queue.\n[queue]\n#budget_bytes = 1\n# see = the docs\n#dir = \"/q\"\n";
+        assert_eq!(
+            uncomment_stated_defaults(text),
+            (
+                "# The queue.\n[queue]\nbudget_bytes = 1\n# see = the docs\ndir = \"/q\"\n"
+                    .to_owned(),
+                2
+            )
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use edgewatch_gateway::config::Config;
-use edgewatch_test_kit::config_docs::{accepted_keys_in_refusal, fenced, section, uncomment_table};
+use edgewatch_test_kit::config_docs::{
+    accepted_keys_in_refusal, fenced, section, uncomment_stated_defaults, uncomment_table,
+};
 
 const PACKAGED_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 const PACKAGED: &str = include_str!("../config/gateway.toml");
@@ -244,19 +246,7 @@ fn the_complete_example_passes_check_config_and_its_default_lines_state_the_defa
 
 #[test]
 fn uncommenting_the_stated_defaults_of_the_packaged_configuration_changes_nothing() {
-    let mut stated = 0;
-    let uncommented: String = PACKAGED
-        .lines()
-        .map(|line| match line.strip_prefix('#') {
-            Some(rest)
-                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
-            {
-                stated += 1;
-                format!("{rest}\n")
-            }
-            _ => format!("{line}\n"),
-        })
-        .collect();
+    let (uncommented, stated) = uncomment_stated_defaults(PACKAGED);
     assert!(stated >= 8, "only {stated} stated defaults");
     assert_eq!(
         format!("{:?}", Config::from_toml(&uncommented).unwrap()),
