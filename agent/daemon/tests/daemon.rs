@@ -13,18 +13,7 @@ use std::time::Duration;
 
 use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_proto::v1::{Tier, event};
-use util::{Agent, AgentSetup, BIN, Collector, submit_all, test_event, wait_until};
-
-fn check_config(text: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.toml");
-    std::fs::write(&path, text).unwrap();
-    Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap()
-}
+use util::{Agent, AgentSetup, BIN, Collector, check_config, submit_all, test_event, wait_until};
 
 #[test]
 fn check_config_accepts_a_valid_file_and_exits_64_naming_a_bad_key() {

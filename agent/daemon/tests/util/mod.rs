@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use edgewatch_agent::ingest::codec;
@@ -24,6 +24,18 @@ pub use edgewatch_harness::collector::{Collector, Received};
 pub use edgewatch_harness::events::event_id as test_id;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_edgewatch-agent");
+
+/// `edgewatch-agent check-config` on a file holding `text`.
+pub fn check_config(text: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(&path, text).unwrap();
+    Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap()
+}
 
 /// Polls `check` until it is true or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
