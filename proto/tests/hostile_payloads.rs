@@ -3,53 +3,21 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use edgewatch_proto::SCHEMA_VERSION;
 use edgewatch_proto::framing::{
     DecodeError, MAX_COMPRESSED_BYTES, MAX_DECOMPRESSED_BYTES, MAX_EVENTS_PER_BATCH, decode_batch,
     decode_batch_protobuf, encode_batch,
 };
 use edgewatch_proto::v1::{Attribute, Batch, CustomEvent, Event, Tier, event};
+use edgewatch_test_kit::alloc::CountingAllocator;
 use proptest::prelude::*;
 use prost::Message;
 
-/// Counts live heap bytes and the peak since the last reset, to show decoding stays bounded.
-struct PeakTrackingAllocator;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for PeakTrackingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same contract as our caller's.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        ptr
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts live heap bytes and the peak, to show decoding stays bounded: `ALLOCATOR.peak_growth`
+/// is the peak heap growth (bytes above the live level at the start) while a closure runs. Tests
+/// in this file run one at a time under a lock so they do not see each other's allocations.
 #[global_allocator]
-static ALLOCATOR: PeakTrackingAllocator = PeakTrackingAllocator;
-
-/// Peak heap growth (bytes above the live level at the start) while `f` runs. Tests in this file
-/// run one at a time under a lock so they do not see each other's allocations.
-fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let out = f();
-    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::tracking_bytes();
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -97,7 +65,7 @@ fn a_zstd_bomb_is_refused_from_its_header_without_allocating_its_size() {
         "bomb is {} bytes",
         bomb.len()
     );
-    let (result, peak) = peak_growth(|| decode_batch(&bomb));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch(&bomb));
     assert!(
         matches!(result, Err(DecodeError::DecompressedTooLarge { declared }) if declared == 256 * 1024 * 1024),
         "{:?}",
@@ -116,7 +84,7 @@ fn a_frame_without_a_declared_size_is_refused() {
     encoder.include_contentsize(false).unwrap();
     std::io::Write::write_all(&mut encoder, &vec![0u8; 64 * 1024 * 1024]).unwrap();
     let streamed = encoder.finish().unwrap();
-    let (result, peak) = peak_growth(|| decode_batch(&streamed));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch(&streamed));
     assert!(
         matches!(result, Err(DecodeError::MissingContentSize)),
         "{:?}",
@@ -134,7 +102,7 @@ fn a_frame_that_understates_its_size_fails_to_decompress() {
     // Small single-segment frame: byte 5 is the one-byte frame content size.
     assert_eq!(payload[5] as usize, protobuf.len());
     payload[5] = 10;
-    let (result, peak) = peak_growth(|| decode_batch(&payload));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch(&payload));
     assert!(
         matches!(result, Err(DecodeError::Decompression(_))),
         "{:?}",
@@ -171,7 +139,7 @@ fn trailing_bytes_after_the_frame_are_refused() {
 fn an_oversized_payload_is_refused_before_any_work() {
     let _guard = serial();
     let big = vec![0x28u8; MAX_COMPRESSED_BYTES + 1];
-    let (result, peak) = peak_growth(|| decode_batch(&big));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch(&big));
     assert!(matches!(
         result,
         Err(DecodeError::CompressedTooLarge { .. })
@@ -227,7 +195,7 @@ fn a_swarm_of_tiny_nested_fields_cannot_inflate_memory() {
         "{}",
         protobuf.len()
     );
-    let (result, peak) = peak_growth(|| decode_batch_protobuf(&protobuf));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch_protobuf(&protobuf));
     assert!(
         matches!(result, Err(DecodeError::TooManyFields)),
         "{:?}",
@@ -240,7 +208,7 @@ fn a_swarm_of_tiny_nested_fields_cannot_inflate_memory() {
 fn decoding_a_maximal_valid_batch_stays_within_a_small_multiple_of_its_size() {
     let _guard = serial();
     let protobuf = valid_batch(MAX_EVENTS_PER_BATCH as u64).encode_to_vec();
-    let (result, peak) = peak_growth(|| decode_batch_protobuf(&protobuf));
+    let (result, peak) = ALLOCATOR.peak_growth(|| decode_batch_protobuf(&protobuf));
     assert_eq!(result.unwrap().events.len(), MAX_EVENTS_PER_BATCH);
     assert!(
         peak < 16 * MAX_DECOMPRESSED_BYTES,

@@ -6,16 +6,15 @@
 //! event, the agent's CPU seconds and peak RSS during the drain, and compression per tier.
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used)]
 
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use edgewatch_harness::agent::AgentProcess;
+use edgewatch_harness::collector::{Collector, Keep};
 use edgewatch_harness::mosquitto::Mosquitto;
+use edgewatch_harness::process::Launch;
 use edgewatch_harness::proxy::{Fault, FaultProxy};
-use edgewatch_proto::framing::{
-    BatchEncoder, DEFAULT_COMPRESSION_LEVEL, MAX_COMPRESSED_BYTES, decode_batch,
-};
+use edgewatch_proto::framing::{BatchEncoder, DEFAULT_COMPRESSION_LEVEL, MAX_COMPRESSED_BYTES};
 use edgewatch_proto::v1::{
     Batch, DeadlineCounters, DeadlineMissBurst, DeadlineSemantics, Event, LatencyHistogram,
     LoopRef, ModelVersion, RailPower, Temperature, ThermalSample, Tier, event,
@@ -142,73 +141,27 @@ fn tier_of(i: u64) -> Tier {
     }
 }
 
-/// Counts events arriving on `edgewatch/v1/#`.
-fn collector(
-    broker: std::net::SocketAddr,
-    name: &str,
-) -> (
-    Arc<AtomicU64>,
-    std::thread::JoinHandle<()>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    let count = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&count);
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+/// Counts the backlog's events arriving on `edgewatch/v1/#`: the agent's own health reports are
+/// not part of it.
+fn collector(broker: std::net::SocketAddr, name: &str) -> Collector {
     let mut options = MqttOptions::new(name, broker.ip().to_string(), broker.port());
     options.set_max_packet_size(Some(2 * 1024 * 1024));
     options.set_keep_alive(Duration::from_secs(30));
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let (client, mut events) = AsyncClient::new(options, 64);
-            client
-                .subscribe("edgewatch/v1/+/+/+", QoS::AtLeastOnce)
-                .await
-                .unwrap();
-            let mut ready = Some(ready_tx);
-            loop {
-                let event = tokio::select! {
-                    e = events.poll() => e,
-                    _ = &mut stopped => return,
-                };
-                match event {
-                    Ok(MqttEvent::Incoming(Packet::SubAck(_))) => {
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(());
-                        }
-                    }
-                    Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
-                        if let Ok(batch) = decode_batch(&p.payload) {
-                            // The agent's own health reports are not part of the backlog.
-                            let backlog = batch
-                                .events
-                                .iter()
-                                .filter(|e| !matches!(e.kind, Some(event::Kind::AgentHealth(_))))
-                                .count();
-                            counted.fetch_add(backlog as u64, Ordering::Relaxed);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            }
-        });
-    });
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    (count, thread, stop)
+    Collector::subscribe(
+        options,
+        QoS::AtLeastOnce,
+        Keep::EventCount(|e| !matches!(e.kind, Some(event::Kind::AgentHealth(_)))),
+    )
+    .unwrap()
 }
 
-fn wait_for(count: &AtomicU64, target: u64, timeout: Duration) -> Duration {
+fn wait_for(collector: &Collector, target: u64, timeout: Duration) -> Duration {
     let start = Instant::now();
-    while count.load(Ordering::Relaxed) < target {
+    while collector.events_counted() < target {
         assert!(
             start.elapsed() < timeout,
             "only {} of {target} arrived",
-            count.load(Ordering::Relaxed)
+            collector.events_counted()
         );
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -218,7 +171,7 @@ fn wait_for(count: &AtomicU64, target: u64, timeout: Duration) -> Duration {
 /// Baseline: the same batches published by a bare rumqttc client, QoS 1, 16 in flight, no disk,
 /// through the same kind of proxy the agent's link goes through.
 fn baseline(broker: std::net::SocketAddr, payloads: &[(String, Vec<u8>, u64)], total: u64) -> f64 {
-    let (count, thread, stop) = collector(broker, "baseline-collector");
+    let collector = collector(broker, "baseline-collector");
     let proxy = FaultProxy::start(broker).unwrap();
     let link = proxy.addr();
     let payloads = payloads.to_vec();
@@ -252,11 +205,10 @@ fn baseline(broker: std::net::SocketAddr, payloads: &[(String, Vec<u8>, u64)], t
             }
         });
     });
-    wait_for(&count, total, Duration::from_secs(300));
+    wait_for(&collector, total, Duration::from_secs(300));
     let elapsed = started.elapsed();
     publisher.join().unwrap();
-    let _ = stop.send(());
-    thread.join().unwrap();
+    drop(collector);
     total as f64 / elapsed.as_secs_f64()
 }
 
@@ -306,51 +258,33 @@ fn agent_run(broker: std::net::SocketAddr, total: u64) -> AgentRun {
     }
     let proxy = FaultProxy::start(broker).unwrap();
     proxy.set(Fault::Blackhole);
-    let config = dir.path().join("agent.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[machine]\nid = \"bench-1\"\nsite = \"bench\"\nclass = \"haul-truck\"\n\n[queue]\ndir = \"{}\"\nbudget_bytes = 2147483648\n\n[uplink]\nhost = \"127.0.0.1\"\nport = {}\nkeep_alive = \"30s\"\ninitial_delay_max = \"0s\"\nbackoff_min = \"50ms\"\nbackoff_max = \"200ms\"\n\n[scheduling]\nidle_priority = false\n\n[ingest]\nsocket = \"{}\"\n\n[thermal]\ntegrastats_enabled = false\nsysfs_root = \"{}\"\n",
-            queue_dir.display(),
-            proxy.port(),
-            dir.path().join("agent.sock").display(),
-            dir.path().join("no-sysfs").display(),
-        ),
-    )
-    .unwrap();
-    let (count, thread, stop) = collector(broker, "agent-collector");
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let socket = dir.path().join("agent.sock");
-    let start_wait = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(
-            start_wait.elapsed() < Duration::from_secs(30),
-            "agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let config = format!(
+        "[machine]\nid = \"bench-1\"\nsite = \"bench\"\nclass = \"haul-truck\"\n\n[queue]\ndir = \"{}\"\nbudget_bytes = 2147483648\n\n[uplink]\nhost = \"127.0.0.1\"\nport = {}\nkeep_alive = \"30s\"\ninitial_delay_max = \"0s\"\nbackoff_min = \"50ms\"\nbackoff_max = \"200ms\"\n\n[scheduling]\nidle_priority = false\n\n[ingest]\nsocket = \"{}\"\n\n[thermal]\ntegrastats_enabled = false\nsysfs_root = \"{}\"\n",
+        queue_dir.display(),
+        proxy.port(),
+        dir.path().join("agent.sock").display(),
+        dir.path().join("no-sysfs").display(),
+    );
+    let collector = collector(broker, "agent-collector");
+    let mut agent =
+        AgentProcess::start(Path::new(BIN), dir.path(), &config, Launch::new("warn")).unwrap();
+    assert!(
+        agent.wait_for_socket(Duration::from_secs(30)).is_ok(),
+        "agent did not start"
+    );
     // Let the agent settle (queue verified at open, health reported), then open the link.
     std::thread::sleep(Duration::from_secs(2));
-    let cpu_before = proc_cpu_seconds(child.id());
+    let pid = agent.pid().unwrap();
+    let cpu_before = proc_cpu_seconds(pid);
     let wire_before = proxy.bytes_upstream();
     proxy.set(Fault::Pass);
     // The agent's own health events also arrive; count only the backlog.
-    let elapsed = wait_for(&count, total, Duration::from_secs(600));
-    let cpu_seconds = proc_cpu_seconds(child.id()) - cpu_before;
-    let peak_rss_kib = vm_hwm_kib(child.id());
+    let elapsed = wait_for(&collector, total, Duration::from_secs(600));
+    let cpu_seconds = proc_cpu_seconds(pid) - cpu_before;
+    let peak_rss_kib = vm_hwm_kib(pid);
     let wire = proxy.bytes_upstream() - wire_before;
     std::thread::sleep(Duration::from_millis(1500));
-    let status = Command::new(BIN)
-        .args(["status", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let status = agent.command(&["status", "--json"]).unwrap();
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let uplink = &status["agent"]["uplink"];
     let ratio = |t: usize| {
@@ -363,11 +297,8 @@ fn agent_run(broker: std::net::SocketAddr, total: u64) -> AgentRun {
                 .max(1.0)
     };
     let ratios = [ratio(0), ratio(1), ratio(2)];
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
-    let _ = stop.send(());
-    thread.join().unwrap();
+    agent.terminate(Duration::from_secs(60));
+    drop(collector);
     AgentRun {
         events_per_s: total as f64 / elapsed.as_secs_f64(),
         wire_bytes_per_event: wire as f64 / total as f64,

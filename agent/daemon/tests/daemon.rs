@@ -13,18 +13,7 @@ use std::time::Duration;
 
 use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_proto::v1::{Tier, event};
-use util::{Agent, AgentSetup, BIN, Collector, submit_all, test_event, wait_until};
-
-fn check_config(text: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.toml");
-    std::fs::write(&path, text).unwrap();
-    Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap()
-}
+use util::{Agent, AgentSetup, BIN, Collector, check_config, submit_all, test_event, wait_until};
 
 #[test]
 fn check_config_accepts_a_valid_file_and_exits_64_naming_a_bad_key() {
@@ -133,7 +122,7 @@ fn status_reports_queue_uplink_and_staleness_without_touching_the_agent() {
     let broker = Mosquitto::start().unwrap();
     // Someone must subscribe: without one the broker answers "no subscribers" and the agent
     // backs off.
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let mut agent = Agent::start(&AgentSetup::new(broker.addr()));
     submit_all(
         &agent.socket,
@@ -192,7 +181,7 @@ fn super_stale() -> Duration {
 #[test]
 fn emit_and_a_burst_of_100000_submissions_all_arrive() {
     let broker = Mosquitto::start().unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let agent = Agent::start(&AgentSetup::new(broker.addr()));
 
     let output = Command::new(BIN)

@@ -24,7 +24,10 @@ use edgewatch_agent::config::Config;
 use edgewatch_harness::mosquitto::{Mosquitto, MosquittoOptions};
 use edgewatch_harness::pki::FleetPki;
 use edgewatch_proto::v1::Tier;
-use util::{Agent, AgentSetup, BIN, Collector, submit_all, test_event, wait_until};
+use edgewatch_test_kit::config_docs::{
+    accepted_keys_in_refusal, fenced, section, uncomment_stated_defaults, uncomment_table,
+};
+use util::{Agent, AgentSetup, BIN, Collector, check_config, submit_all, test_event, wait_until};
 
 const CONFIGURATION: &str = include_str!("../../../docs/configuration.md");
 const RUNBOOK: &str = include_str!("../../../docs/runbook.md");
@@ -76,60 +79,11 @@ fn accepted_keys(table: &str) -> Vec<String> {
     let error = Config::parse(&text, Path::new("agent.toml"))
         .unwrap_err()
         .to_string();
-    // serde: "unknown field `x`, expected `a`", "... expected `a` or `b`", "... expected one of
-    // `a`, `b`, `c`".
-    let expected = error
-        .split(", expected ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{table}: no list of fields in {error:?}"));
-    let keys: Vec<String> = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect();
-    assert!(!keys.is_empty(), "{table}: {error}");
-    keys
-}
-
-/// Text from `heading` to the next heading of level 2 or 3.
-fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
-    let start = doc
-        .find(heading)
-        .unwrap_or_else(|| panic!("no section {heading}"));
-    let rest = &doc[start + heading.len()..];
-    let end = [rest.find("\n## "), rest.find("\n### ")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(rest.len());
-    &doc[start..start + heading.len() + end]
-}
-
-/// The body of the first fenced block opened by "```<info>" in `text`.
-fn fenced<'a>(text: &'a str, info: &str) -> &'a str {
-    let open = format!("```{info}\n");
-    let start = text
-        .find(&open)
-        .unwrap_or_else(|| panic!("no ```{info} block"))
-        + open.len();
-    let len = text[start..].find("```").unwrap();
-    &text[start..start + len]
+    accepted_keys_in_refusal(table, &error)
 }
 
 fn complete_example() -> &'static str {
     fenced(section(CONFIGURATION, "### Complete example"), "toml")
-}
-
-fn check_config(text: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.toml");
-    std::fs::write(&path, text).unwrap();
-    Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap()
 }
 
 /// Dotted keys of a TOML document; arrays of tables contribute their entries' keys.
@@ -298,33 +252,6 @@ fn every_key_of_the_reference_is_one_the_parser_accepts() {
     assert!(checked >= 60, "only {checked} documented keys");
 }
 
-/// `text` with the commented-out table `# [<table>]` and its `# key = value` lines uncommented:
-/// what provisioning does.
-fn uncomment_table(text: &str, table: &str) -> String {
-    let header = format!("# [{table}]");
-    let mut inside = false;
-    let mut found = false;
-    let out: String = text
-        .lines()
-        .map(|line| {
-            if line == header {
-                inside = true;
-                found = true;
-                return format!("[{table}]\n");
-            }
-            match line.strip_prefix("# ") {
-                Some(rest) if inside && rest.contains(" = ") => format!("{rest}\n"),
-                _ => {
-                    inside = false;
-                    format!("{line}\n")
-                }
-            }
-        })
-        .collect();
-    assert!(found, "no commented-out {header}");
-    out
-}
-
 #[test]
 fn the_packaged_configuration_passes_check_config_and_keeps_state_where_the_unit_allows() {
     let output = Command::new(BIN)
@@ -366,19 +293,7 @@ fn the_packaged_tls_table_once_uncommented_passes_check_config_and_names_the_pro
 
 #[test]
 fn uncommenting_the_stated_defaults_of_the_packaged_configuration_changes_nothing() {
-    let mut stated = 0;
-    let uncommented: String = PACKAGED
-        .lines()
-        .map(|line| match line.strip_prefix('#') {
-            Some(rest)
-                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
-            {
-                stated += 1;
-                format!("{rest}\n")
-            }
-            _ => format!("{line}\n"),
-        })
-        .collect();
+    let (uncommented, stated) = uncomment_stated_defaults(PACKAGED);
     assert!(stated >= 10, "only {stated} stated defaults");
     assert_eq!(
         format!("{:?}", parse(&uncommented)),
@@ -482,7 +397,8 @@ fn the_documented_acl_admits_a_machine_under_its_own_id_only_and_lets_the_gatewa
     let ca = pki.ca_pem().to_owned();
     let collector = Collector::start_with(broker.addr(), move |options| {
         options.set_transport(edgewatch_harness::mqtt::tls_transport(&ca, &gateway));
-    });
+    })
+    .unwrap();
 
     let machine = pki.issue_client("truck-17").unwrap();
     let mut setup = AgentSetup::new(broker.addr());

@@ -17,7 +17,7 @@ use util::{Agent, AgentSetup, Collector, wait_until};
 #[test]
 fn deadline_counters_fallbacks_interventions_and_autonomous_seconds_match_the_loop() {
     let broker = Mosquitto::start().unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let probe_dir = tempfile::tempdir().unwrap();
     let probe = probe_dir.path().join("planner.probe");
     let mut setup = AgentSetup::new(broker.addr());
@@ -132,7 +132,7 @@ fn deadline_counters_fallbacks_interventions_and_autonomous_seconds_match_the_lo
 #[test]
 fn a_replayed_tegrastats_capture_becomes_energy_counters_and_raw_samples() {
     let broker = Mosquitto::start().unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tegrastats-parser/tests/data/orin-agx-64gb_jp6.2.1_l4t-r36.4.4.txt");
     assert!(capture.is_file(), "{}", capture.display());

@@ -3,8 +3,6 @@
 //! allocator; and what is written still reads back as the snapshot `status` shows.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
@@ -13,52 +11,10 @@ use edgewatch_agent::ingest::IngestStats;
 use edgewatch_agent::status::{
     AgentSnapshot, SnapshotView, SourceListWriter, SourceStatus, StatusWriter,
 };
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count() {
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; counting
-// touches no allocation.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use edgewatch_test_kit::alloc::CountingAllocator;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 /// What the agent's sample loop writes every second: two probes, tegrastats, sysfs.
 fn refresh(list: &mut Vec<SourceStatus>, tick: u64) {
@@ -99,7 +55,7 @@ fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
             .write(&SnapshotView::now(started, &uplink, &ingest, &sources))
             .unwrap();
     }
-    let allocations = allocations_during(|| {
+    let (allocations, ()) = ALLOCATOR.allocations_during(|| {
         for tick in 3..200 {
             uplink.events_acked += 1_000_000;
             ingest.accepted += 77;

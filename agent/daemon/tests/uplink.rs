@@ -72,7 +72,7 @@ fn assert_ordered_and_exact_duplicates(received: &[Received]) {
 fn a_partition_is_detected_by_keepalive_and_the_backlog_drains_safety_first() {
     let broker = Mosquitto::start().unwrap();
     let proxy = FaultProxy::start(broker.addr()).unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let agent = Agent::start(&AgentSetup::new(proxy.addr()));
 
     // Connected and delivering.
@@ -142,7 +142,7 @@ fn a_partition_is_detected_by_keepalive_and_the_backlog_drains_safety_first() {
 fn a_broker_killed_mid_drain_loses_nothing() {
     let mut broker = Mosquitto::start().unwrap();
     let proxy = FaultProxy::start(broker.addr()).unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let agent = Agent::start(&AgentSetup::new(proxy.addr()));
     assert!(wait_until(Duration::from_secs(20), || agent.uplink_connected()));
 
@@ -178,7 +178,7 @@ fn a_broker_killed_mid_drain_loses_nothing() {
 fn an_agent_killed_mid_drain_loses_nothing_that_was_durable() {
     let broker = Mosquitto::start().unwrap();
     let proxy = FaultProxy::start(broker.addr()).unwrap();
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     let mut agent = Agent::start(&AgentSetup::new(proxy.addr()));
     assert!(wait_until(Duration::from_secs(20), || agent.uplink_connected()));
 
@@ -210,7 +210,7 @@ fn an_agent_killed_mid_drain_loses_nothing_that_was_durable() {
 fn the_bandwidth_cap_holds_within_ten_percent_over_thirty_seconds() {
     let broker = Mosquitto::start().unwrap();
     let proxy = FaultProxy::start(broker.addr()).unwrap();
-    let _collector = Collector::start(broker.addr());
+    let _collector = Collector::start(broker.addr()).unwrap();
     let cap = 40_000u64;
     let mut setup = AgentSetup::new(proxy.addr());
     setup.bandwidth_bytes_per_s = cap;
@@ -245,7 +245,8 @@ fn a_refused_topic_is_reported_parked_and_the_agent_keeps_draining_its_own_data(
     let ca = pki.ca_pem().to_owned();
     let collector = Collector::start_with(broker.addr(), move |options| {
         options.set_transport(edgewatch_harness::mqtt::tls_transport(&ca, &collector_id));
-    });
+    })
+    .unwrap();
     let truck_a = pki.issue_client("truck-a").unwrap();
     let mut setup = AgentSetup::new(broker.addr());
     setup.machine = "truck-a".into();
@@ -320,7 +321,7 @@ fn batches_nobody_subscribes_to_are_kept_and_delivered_once_a_subscriber_appears
         agent.status()["queue"]["tiers"][0]["records"].as_u64(),
         Some(20)
     );
-    let collector = Collector::start(broker.addr());
+    let collector = Collector::start(broker.addr()).unwrap();
     assert!(
         wait_until(Duration::from_secs(30), || all_arrived(
             &collector,

@@ -7,43 +7,13 @@
 
 mod util;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use edgewatch_proto::v1::Tier;
 use edgewatch_queue::{BatchLimits, Queue};
+use edgewatch_test_kit::alloc::CountingAllocator;
 use util::*;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.load(Ordering::Relaxed)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 #[test]
 fn appends_in_the_steady_state_do_not_allocate() {
@@ -54,7 +24,7 @@ fn appends_in_the_steady_state_do_not_allocate() {
     let limits = BatchLimits::default();
     let mut now = 0;
     let round = |queue: &mut Queue, now: &mut u64| -> (u64, u64, u64) {
-        let before = allocations();
+        let before = ALLOCATOR.allocations();
         for i in 0..300 {
             *now += 1;
             queue
@@ -64,16 +34,16 @@ fn appends_in_the_steady_state_do_not_allocate() {
                 .append(tiers[(i + 1) % 3], &events[(i + 1) % 3], at_ms(*now))
                 .unwrap();
         }
-        let appends = allocations() - before;
-        let before = allocations();
+        let appends = ALLOCATOR.allocations() - before;
+        let before = ALLOCATOR.allocations();
         queue.flush(at_ms(*now)).unwrap();
-        let flush = allocations() - before;
-        let before = allocations();
+        let flush = ALLOCATOR.allocations() - before;
+        let before = ALLOCATOR.allocations();
         while let Some(batch) = queue.next_batch(limits).unwrap() {
             let (tier, first, last) = (batch.tier(), batch.first_seq(), batch.last_seq());
             queue.ack(tier, first..=last, at_ms(*now));
         }
-        let read = allocations() - before;
+        let read = ALLOCATOR.allocations() - before;
         (appends, flush, read)
     };
     // Warm-up: buffers reach their working size.

@@ -22,6 +22,7 @@ use prost::Message;
 #[path = "../tests/thermal/fake_sysfs.rs"]
 #[allow(dead_code)]
 mod fake_sysfs;
+use fake_sysfs::RootedConfig;
 
 /// A sink like the agent's: encodes each event into one reused buffer.
 struct EncodingSink {
@@ -66,7 +67,7 @@ fn main() {
     })
     .collect();
 
-    let fake = fake_sysfs::FakeSysfs::orin();
+    let fake = fake_sysfs::FakeSysfs::orin().unwrap();
     let config = fake.config(RawThermalConfig::default());
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let model = ModelVersion {

@@ -7,69 +7,25 @@
 //! its runtime on its own thread.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 
 use edgewatch_proto::v1::{Event, ModelVersion, Tier, event::Kind};
 use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::{SysfsReader, TegrastatsEvent, TegrastatsSource, ThermalSampler};
 use edgewatch_samplers::{EventSink, Now};
+use edgewatch_test_kit::alloc::CountingAllocator;
 use prost::Message;
 
 #[path = "thermal/fake_sysfs.rs"]
 #[allow(dead_code)]
 mod fake_sysfs;
+use fake_sysfs::RootedConfig;
 #[path = "thermal/util.rs"]
 #[allow(dead_code)]
 mod util;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count() {
-    // `try_with`: the allocator may run while thread-locals are being torn down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract holds as it does for `System`; counting touches no allocation.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations_during<T>(f: impl FnOnce() -> T) -> (u64, T) {
-    let before = ALLOCATIONS.with(Cell::get);
-    let result = f();
-    (ALLOCATIONS.with(Cell::get) - before, result)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 /// A sink like the agent's: encodes each event into one reused buffer.
 struct EncodingSink {
@@ -115,7 +71,7 @@ fn at(second: u64) -> Now {
 
 #[test]
 fn the_counting_allocator_sees_an_allocation() {
-    let (n, _) = allocations_during(|| black_box(vec![1u8; 16]));
+    let (n, _) = ALLOCATOR.allocations_during(|| black_box(vec![1u8; 16]));
     assert_eq!(n, 1);
 }
 
@@ -137,13 +93,14 @@ fn a_line_a_sysfs_poll_and_their_events_allocate_nothing_after_warm_up() {
     .collect();
     assert_eq!(lines.len(), 6);
 
-    let fake = fake_sysfs::FakeSysfs::orin();
+    let fake = fake_sysfs::FakeSysfs::orin().unwrap();
     // A 48 °C passive trip on the cpu zone: the lines' cpu@47.7..52.6C cross it both ways
     // every cycle, so throttle episodes start and end in the measured stretch too.
     fake.write(
         "sys/devices/virtual/thermal/thermal_zone0/trip_point_0_temp",
         "48000\n",
-    );
+    )
+    .unwrap();
     let config = fake.config(RawThermalConfig {
         debug_sample_every: 5,
         trip_hysteresis_celsius: 0.0,
@@ -173,7 +130,7 @@ fn a_line_a_sysfs_poll_and_their_events_allocate_nothing_after_warm_up() {
         step(second, &mut sink);
     }
     let (throttle, raw, counters) = (sink.throttle_events, sink.raw_samples, sink.counters);
-    let (n, ()) = allocations_during(|| {
+    let (n, ()) = ALLOCATOR.allocations_during(|| {
         for second in 60..300 {
             step(second, &mut sink);
         }
@@ -209,13 +166,13 @@ fn reading_a_replay_allocates_nothing_after_warm_up() {
                 rails += sample.rails().len();
             }
         }
-        let before = ALLOCATIONS.with(Cell::get);
+        let before = ALLOCATOR.allocations_on_this_thread();
         for _ in 0..300 {
             if let TegrastatsEvent::Sample { sample, .. } = source.next().await {
                 rails += sample.rails().len();
             }
         }
-        (ALLOCATIONS.with(Cell::get) - before, rails)
+        (ALLOCATOR.allocations_on_this_thread() - before, rails)
     });
     assert_eq!(n, 0, "reading the replay allocated {n} times");
     assert!(rails >= 3 * 400, "{rails} rails read");
@@ -254,7 +211,7 @@ fn reading_a_childs_lines_allocates_nothing_after_warm_up() {
         let mut before = 0;
         while samples < 700 {
             if samples == 300 {
-                before = ALLOCATIONS.with(Cell::get);
+                before = ALLOCATOR.allocations_on_this_thread();
             }
             match source.next().await {
                 TegrastatsEvent::Sample { sample, .. } => {
@@ -265,7 +222,7 @@ fn reading_a_childs_lines_allocates_nothing_after_warm_up() {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        ALLOCATIONS.with(Cell::get) - before
+        ALLOCATOR.allocations_on_this_thread() - before
     });
     assert_eq!(n, 0, "reading the child's lines allocated {n} times");
     runtime.block_on(source.shutdown());

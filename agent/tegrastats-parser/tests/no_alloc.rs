@@ -2,64 +2,20 @@
 //!
 //! Counts are per thread, so the test harness's own threads cannot disturb them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
+
+use edgewatch_test_kit::alloc::CountingAllocator;
 
 #[path = "integration/fixtures.rs"]
 #[allow(dead_code)]
 mod fixtures;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count() {
-    // `try_with`: the allocator may run while thread-locals are being torn down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract holds as it does for `System`; counting touches no allocation.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 #[test]
 fn the_counting_allocator_sees_an_allocation() {
-    let n = allocations_during(|| {
+    let (n, ()) = ALLOCATOR.allocations_during(|| {
         black_box(vec![1u8; 16]);
     });
     assert_eq!(n, 1);
@@ -69,7 +25,7 @@ fn the_counting_allocator_sees_an_allocation() {
 fn parsing_every_capture_line_and_reading_every_field_allocates_nothing() {
     let captures = fixtures::captures();
     for c in &captures {
-        let n = allocations_during(|| {
+        let (n, ()) = ALLOCATOR.allocations_during(|| {
             let sample = tegrastats_parser::parse_line(black_box(&c.line)).unwrap();
             // Read every field too: the accessors and the GPU summary must not allocate either.
             black_box(sample.gpu());
@@ -99,7 +55,7 @@ fn rejected_and_garbled_lines_allocate_nothing_either() {
         "«é» RAM 1/x",
     ];
     for line in lines {
-        let n = allocations_during(|| {
+        let (n, ()) = ALLOCATOR.allocations_during(|| {
             let _ = black_box(tegrastats_parser::parse_line(black_box(line)));
         });
         assert_eq!(n, 0, "{line:?} allocated {n} times");

@@ -1,63 +1,50 @@
 //! The demo's processes: the gateway, one agent per machine and one control loop per machine,
-//! each a real binary writing its output to a log file, and what can be read from them while
-//! they run (agent status files, queue snapshots, the gateway's `/metrics`) or left behind (a
-//! control loop's JSON summary).
+//! each a real binary writing its output to a log file (run by `edgewatch_harness`'s process
+//! handles), and what can be read from them while they run (agent status files, queue
+//! snapshots, the gateway's `/metrics`) or leave behind (a control loop's JSON summary).
 //!
 //! Invariants:
-//! - Every child is stopped when its handle drops, and dies with the demo if the demo dies
-//!   (`PR_SET_PDEATHSIG`), so a run never leaves processes behind.
+//! - Every child is stopped when its handle drops (SIGTERM, then SIGKILL after a grace period),
+//!   and dies with the demo if the demo dies (`PR_SET_PDEATHSIG`), so a run never leaves
+//!   processes behind.
 //! - Reading status never disturbs a process: files the agents write, and an HTTP scrape.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use edgewatch_harness::HarnessError;
+use edgewatch_harness::agent::AgentProcess;
+use edgewatch_harness::gateway::GatewayProcess;
+use edgewatch_harness::metrics;
+use edgewatch_harness::process::{Launch, Process, die_with_parent};
 
 use crate::files::MachinePaths;
 use crate::scenario::{LOOP_BUDGET_MS, LOOP_NAME, LOOP_RATE_HZ, Machine};
 
+/// How long a child has to exit on SIGTERM when its handle drops.
+const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// How the demo launches the agents and the gateway: logging at info, dying with the demo,
+/// SIGTERM first when dropped.
+fn launch(name: String) -> Launch {
+    Launch {
+        name: Some(name),
+        die_with_parent: true,
+        drop_grace: Some(DROP_GRACE),
+        ..Launch::new("info")
+    }
+}
+
 /// Why a process could not be started or did not behave.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    /// A program could not be started.
-    #[error("starting {what}: {source}")]
-    Spawn {
-        /// Which process.
-        what: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A log or output file could not be opened.
-    #[error("{path}: {source}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A process did not get ready in time.
-    #[error("{what} was not ready after {seconds} s; see {log}")]
-    NotReady {
-        /// Which process.
-        what: String,
-        /// How long we waited.
-        seconds: u64,
-        /// Its log.
-        log: PathBuf,
-    },
-    /// A process exited when it should have been running.
-    #[error("{what} exited ({status}); see {log}")]
-    Exited {
-        /// Which process.
-        what: String,
-        /// How it exited.
-        status: ExitStatus,
-        /// Its log.
-        log: PathBuf,
-    },
+    /// A process could not be started, did not get ready in time, or exited when it should have
+    /// been running.
+    #[error(transparent)]
+    Process(#[from] HarnessError),
     /// A control loop's JSON summary could not be read.
     #[error("control loop of {machine}: no JSON summary in {path} ({reason})")]
     Summary {
@@ -70,136 +57,11 @@ pub enum FleetError {
     },
 }
 
-/// A child process with its log file; SIGTERM then SIGKILL on drop.
-#[derive(Debug)]
-pub struct Process {
-    what: String,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Process {
-    fn spawn(
-        what: String,
-        mut command: Command,
-        stdout: &Path,
-        log: &Path,
-    ) -> Result<Self, FleetError> {
-        let open = |path: &Path| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| FleetError::File {
-                    path: path.to_owned(),
-                    source,
-                })
-        };
-        let err = open(log)?;
-        let out = if stdout == log {
-            err.try_clone().map_err(|source| FleetError::File {
-                path: log.to_owned(),
-                source,
-            })?
-        } else {
-            open(stdout)?
-        };
-        command.stdin(Stdio::null()).stdout(out).stderr(err);
-        // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
-        // which is async-signal-safe; it touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                // Die with the demo: the signal comes when the thread that spawned us exits, and
-                // every child is spawned from the demo's main thread.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn().map_err(|source| FleetError::Spawn {
-            what: what.clone(),
-            source,
-        })?;
-        Ok(Self {
-            what,
-            log: log.to_owned(),
-            child: Some(child),
-        })
-    }
-
-    /// `Some(status)` once the process has exited.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// Fails if the process exited.
-    pub fn check_running(&mut self) -> Result<(), FleetError> {
-        match self.exited() {
-            Some(status) => Err(FleetError::Exited {
-                what: self.what.clone(),
-                status,
-                log: self.log.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Sends SIGTERM (no wait).
-    pub fn signal_stop(&self) {
-        if let Some(child) = &self.child
-            && let Ok(pid) = i32::try_from(child.id())
-        {
-            // SAFETY: kill(2) on our own child, which is not reaped yet (we hold its handle).
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-    }
-
-    /// SIGTERM, then waits up to `grace` for the exit, then SIGKILL. Returns the exit status.
-    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if let Ok(pid) = i32::try_from(child.id()) {
-            // SAFETY: as in `signal_stop`.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        child.wait().ok()
-    }
-
-    /// Its log file.
-    pub fn log(&self) -> &Path {
-        &self.log
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.stop(Duration::from_secs(5));
-    }
-}
-
-/// The gateway process and its `/metrics` address.
+/// The gateway process, ready once subscribed.
 #[derive(Debug)]
 pub struct Gateway {
     /// The process.
-    pub process: Process,
-    metrics: SocketAddr,
+    pub process: GatewayProcess,
 }
 
 /// The gateway's counters the demo shows.
@@ -225,59 +87,28 @@ impl Gateway {
         log: &Path,
         metrics: SocketAddr,
     ) -> Result<Self, FleetError> {
-        let mut command = Command::new(binary);
-        command
-            .arg("--config")
-            .arg(config)
-            .arg("run")
-            .env("RUST_LOG", "info");
-        let mut gateway = Self {
-            process: Process::spawn("the gateway".into(), command, log, log)?,
+        let process = GatewayProcess::start(
+            binary,
+            config,
+            log,
             metrics,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            gateway.process.check_running()?;
-            if gateway
-                .scrape()
-                .is_some_and(|text| metric(&text, "edgewatch_gateway_subscribed") == Some(1.0))
-            {
-                return Ok(gateway);
-            }
-            if Instant::now() > deadline {
-                return Err(FleetError::NotReady {
-                    what: "the gateway's subscription".into(),
-                    seconds: 30,
-                    log: log.to_owned(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            launch("the gateway".into()),
+            Duration::from_secs(30),
+        )?;
+        Ok(Self { process })
     }
 
     /// The `/metrics` text, or `None` when the gateway does not answer.
     pub fn scrape(&self) -> Option<String> {
-        let mut stream =
-            TcpStream::connect_timeout(&self.metrics, Duration::from_millis(500)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let body = response.split_once("\r\n\r\n")?.1;
-        Some(body.to_owned())
+        self.process.scrape()
     }
 
     /// The counters, when the gateway answers.
     pub fn counts(&self) -> Option<GatewayCounts> {
         let text = self.scrape()?;
-        let get = |name| metric(&text, name).map_or(0, |v| v as u64);
-        let dead_letters = text
-            .lines()
-            .filter(|line| line.starts_with("edgewatch_gateway_dead_letters_total{"))
-            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum::<f64>() as u64;
+        let get = |name| metrics::value(&text, name).map_or(0, |v| v as u64);
+        let dead_letters =
+            metrics::sum_labelled(&text, "edgewatch_gateway_dead_letters_total") as u64;
         Some(GatewayCounts {
             events: get("edgewatch_gateway_events_total"),
             duplicates: get("edgewatch_gateway_events_duplicate_total"),
@@ -288,24 +119,13 @@ impl Gateway {
     }
 }
 
-/// The value of an unlabelled metric in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        line.strip_prefix(name)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 /// One machine's agent.
 #[derive(Debug)]
 pub struct Agent {
     /// Machine id.
     pub id: &'static str,
     /// The process.
-    pub process: Process,
+    pub process: AgentProcess,
     paths: MachinePaths,
 }
 
@@ -331,23 +151,19 @@ pub struct AgentCounts {
 }
 
 impl Agent {
-    /// Starts `edgewatch-agent run` and waits for its status file.
+    /// Writes `config` to the machine's `agent.toml` and starts `edgewatch-agent run` (no wait;
+    /// see [`Agent::wait_connected`]).
     pub fn start(
         binary: &Path,
         machine: &Machine,
         paths: MachinePaths,
+        config: &str,
     ) -> Result<Self, FleetError> {
-        let mut command = Command::new(binary);
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(&paths.agent_config)
-            .env("RUST_LOG", "info");
-        let process = Process::spawn(
-            format!("the agent of {}", machine.id),
-            command,
-            &paths.agent_log,
-            &paths.agent_log,
+        let process = AgentProcess::start(
+            binary,
+            &paths.dir,
+            config,
+            launch(format!("the agent of {}", machine.id)),
         )?;
         Ok(Self {
             id: machine.id,
@@ -365,11 +181,12 @@ impl Agent {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(FleetError::NotReady {
+                return Err(HarnessError::NotReady {
                     what: format!("the uplink of {}", self.id),
                     seconds: timeout.as_secs(),
-                    log: self.paths.agent_log.clone(),
-                });
+                    detail: format!("; see {}", self.paths.agent_log.display()),
+                }
+                .into());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -453,12 +270,14 @@ impl ControlLoop {
             .args(["--duration", &format!("{}ms", duration.as_millis())])
             .arg("--script")
             .arg(&paths.script);
-        let process = Process::spawn(
+        die_with_parent(&mut command);
+        let mut process = Process::spawn_split(
             format!("the control loop of {}", machine.id),
             command,
             &paths.loop_summary,
             &paths.loop_log,
         )?;
+        process.terminate_on_drop(DROP_GRACE);
         Ok(Self {
             id: machine.id,
             process,
@@ -481,18 +300,5 @@ impl ControlLoop {
         let text = std::fs::read_to_string(&self.summary).map_err(|e| bad(e.to_string()))?;
         let line = text.lines().last().ok_or_else(|| bad("empty".into()))?;
         serde_json::from_str(line).map_err(|e| bad(e.to_string()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_unlabelled_metric_is_read_and_a_longer_name_is_not_mistaken_for_it() {
-        let text =
-            "# HELP x\nedgewatch_gateway_events_total_other 3\nedgewatch_gateway_events_total 42\n";
-        assert_eq!(metric(text, "edgewatch_gateway_events_total"), Some(42.0));
-        assert_eq!(metric(text, "edgewatch_gateway_subscribed"), None);
     }
 }

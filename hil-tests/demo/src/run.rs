@@ -187,12 +187,8 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         } else {
             broker.addr()
         };
-        std::fs::write(
-            &paths.agent_config,
-            files::agent_toml(machine, &paths, uplink),
-        )
-        .map_err(io(format!("writing {}", paths.agent_config.display())))?;
-        agents.push(Agent::start(agent_bin, machine, paths)?);
+        let config = files::agent_toml(machine, &paths, uplink);
+        agents.push(Agent::start(agent_bin, machine, paths, &config)?);
     }
     for agent in &mut agents {
         agent.wait_connected(Duration::from_secs(30))?;
@@ -361,15 +357,15 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
     let report_started = Instant::now();
     if !options.keep {
         for agent in &agents {
-            agent.process.signal_stop();
+            agent.process.signal(libc::SIGTERM);
         }
         for agent in &mut agents {
-            agent.process.stop(Duration::from_secs(10));
+            agent.process.terminate(Duration::from_secs(10));
         }
     }
     let gateway_counts = gateway.counts().unwrap_or_default();
     if !options.keep {
-        gateway.process.stop(Duration::from_secs(15));
+        gateway.process.terminate(Duration::from_secs(15));
         say(format!(
             "[{:>4}s] agents and gateway stopped",
             run_started.elapsed().as_secs()

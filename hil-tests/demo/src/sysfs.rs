@@ -1,6 +1,6 @@
-//! A small fake Jetson sysfs tree for the throttling machine: thermal zones laid out as on the
-//! target (`sys/class/thermal/thermal_zoneN` linking into `sys/devices/virtual/thermal`), whose
-//! temperatures the demo changes while the agent reads them.
+//! The throttling machine's thermal zones: a fake Jetson sysfs tree
+//! ([`edgewatch_test_kit::sysfs`]) holding only zones, whose GPU temperature the demo changes
+//! while the agent reads it.
 //!
 //! Invariants:
 //! - Temperatures are rewritten in place (same inode), as sysfs values change: the agent keeps
@@ -8,7 +8,9 @@
 //! - No capture crosses a real trip point, and the throttling machine's capture carries no GPU
 //!   reading (`files::capture_text`), so only this tree makes the machine throttle.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use edgewatch_test_kit::sysfs::FakeSysfs;
 
 /// The GPU zone's passive trip point, m°C (AGX Orin's `gpu-thermal`).
 pub const GPU_TRIP_MILLICELSIUS: i64 = 95_500;
@@ -26,80 +28,42 @@ const _: () = assert!(GPU_COOL_MILLICELSIUS < GPU_TRIP_MILLICELSIUS - 2_000);
 const GPU_ZONE: u32 = 1;
 
 /// A fake thermal tree rooted at a directory (the agent's `thermal.sysfs_root`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ThermalTree {
-    root: PathBuf,
+    tree: FakeSysfs,
 }
 
 impl ThermalTree {
     /// Builds the tree under `root`: `cpu-thermal`, `gpu-thermal` and `tj-thermal` zones, cool.
     pub fn create(root: &Path) -> std::io::Result<Self> {
-        let tree = Self {
-            root: root.to_owned(),
-        };
+        let tree = FakeSysfs::at(root);
         tree.zone(
             0,
             "cpu-thermal",
             55_000,
-            &[(99_000, "passive"), (105_000, "critical")],
+            &[(99_000, "passive", 0), (105_000, "critical", 0)],
         )?;
         tree.zone(
             GPU_ZONE,
             "gpu-thermal",
             GPU_COOL_MILLICELSIUS,
-            &[(GPU_TRIP_MILLICELSIUS, "passive"), (105_000, "critical")],
+            &[
+                (GPU_TRIP_MILLICELSIUS, "passive", 0),
+                (105_000, "critical", 0),
+            ],
         )?;
         tree.zone(
             2,
             "tj-thermal",
             60_000,
-            &[(99_000, "passive"), (105_000, "critical")],
+            &[(99_000, "passive", 0), (105_000, "critical", 0)],
         )?;
-        Ok(tree)
+        Ok(Self { tree })
     }
 
     /// Sets the GPU zone's temperature.
     pub fn set_gpu_millicelsius(&self, millicelsius: i64) -> std::io::Result<()> {
-        std::fs::write(
-            self.zone_dir(GPU_ZONE).join("temp"),
-            format!("{millicelsius}\n"),
-        )
-    }
-
-    fn zone_dir(&self, n: u32) -> PathBuf {
-        self.root
-            .join(format!("sys/devices/virtual/thermal/thermal_zone{n}"))
-    }
-
-    fn zone(
-        &self,
-        n: u32,
-        kind: &str,
-        millicelsius: i64,
-        trips: &[(i64, &str)],
-    ) -> std::io::Result<()> {
-        let dir = self.zone_dir(n);
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("type"), format!("{kind}\n"))?;
-        std::fs::write(dir.join("temp"), format!("{millicelsius}\n"))?;
-        for (i, (temp, kind)) in trips.iter().enumerate() {
-            std::fs::write(
-                dir.join(format!("trip_point_{i}_temp")),
-                format!("{temp}\n"),
-            )?;
-            std::fs::write(
-                dir.join(format!("trip_point_{i}_type")),
-                format!("{kind}\n"),
-            )?;
-            std::fs::write(dir.join(format!("trip_point_{i}_hyst")), "0\n")?;
-        }
-        let class = self.root.join("sys/class/thermal");
-        std::fs::create_dir_all(&class)?;
-        let link = class.join(format!("thermal_zone{n}"));
-        if !link.exists() {
-            std::os::unix::fs::symlink(&dir, link)?;
-        }
-        Ok(())
+        Ok(self.tree.set_temp(GPU_ZONE, millicelsius)?)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Test harness for edgewatch: the real parts integration tests talk to, on loopback.
+//! Test harness for edgewatch: the real parts integration tests, benches, the HIL rig and the
+//! demo talk to, on loopback, and the processes they run.
 //!
 //! Layout:
 //! - [`mosquitto`]: a real Mosquitto process on an ephemeral loopback port, with a generated
@@ -12,17 +13,33 @@
 //! - [`prometheus`]: a real Prometheus with the remote-write receiver and an out-of-order window.
 //! - [`net`]: ephemeral ports and readiness waits.
 //! - [`binaries`]: other workspace crates' binaries, built on demand, for process-level tests.
+//! - [`process`]: a child process with its log file: signals, SIGTERM with a grace period,
+//!   SIGKILL, reaping on drop.
+//! - [`agent`]: the real agent binary in a directory of its own (config, log, socket, status).
+//! - [`gateway`]: the real gateway binary, ready once subscribed, read through `/metrics`.
+//! - [`metrics`]: scraping and reading a Prometheus text exposition.
+//! - [`collector`]: an MQTT subscriber on everything the agents publish, decoding every batch.
+//! - [`events`]: custom events with an id and incompressible padding, for agents to carry.
 //!
 //! Invariants:
 //! - Everything listens on 127.0.0.1 only and is stopped when its handle drops.
-//! - Nothing here is a mock: the brokers are real brokers, the proxy moves real bytes.
+//! - Nothing here is a mock: the brokers are real brokers, the proxy moves real bytes, the agent
+//!   and gateway are the binaries that ship.
+//! - Depends on no agent or gateway crate: it runs their binaries (found by [`binaries`] or given
+//!   by the caller) and speaks only the wire format (`edgewatch-proto`) to them.
 
+pub mod agent;
 pub mod binaries;
+pub mod collector;
 pub mod embedded;
+pub mod events;
+pub mod gateway;
+pub mod metrics;
 pub mod mosquitto;
 pub mod mqtt;
 pub mod net;
 pub mod pki;
+pub mod process;
 pub mod prometheus;
 pub mod proxy;
 
@@ -50,6 +67,16 @@ pub enum HarnessError {
         seconds: u64,
         /// Extra context (e.g. the tail of a log).
         detail: String,
+    },
+    /// A process exited when it should have been running.
+    #[error("{what} exited ({status}); see {}", log.display())]
+    Exited {
+        /// Which process.
+        what: String,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// Its log file.
+        log: std::path::PathBuf,
     },
     /// An I/O operation failed.
     #[error("{context}: {source}")]

@@ -1,5 +1,6 @@
-//! A backlog for the agent to drain: custom debug events with incompressible-ish padding,
-//! submitted through the agent's real local socket, pipelined, each accepted only once durable.
+//! A backlog for the agent to drain: custom debug events with incompressible-ish padding
+//! (`edgewatch_harness::events`), submitted through the agent's real local socket, pipelined,
+//! each accepted only once durable.
 //!
 //! Invariants:
 //! - Every submission gets its reply; a refused one is an error naming the agent's reason.
@@ -10,9 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use edgewatch_agent::ingest::codec;
-use edgewatch_proto::v1::{
-    Attribute, CustomEvent, Event, LocalReply, LocalSubmission, Tier, attribute, event,
-};
+use edgewatch_harness::events::custom_event;
+use edgewatch_proto::v1::{LocalReply, LocalSubmission, Tier};
 use prost::Message;
 
 /// Filling the backlog failed.
@@ -34,36 +34,6 @@ pub enum BacklogError {
     Reply(#[from] prost::DecodeError),
 }
 
-/// A custom debug event `id` with `padding` bytes of pseudo-random letters (compresses to about
-/// 60%, like sensor dumps).
-pub fn event(id: u64, padding: usize) -> Event {
-    let mut state = id ^ 0x9e37_79b9_7f4a_7c15;
-    let text: String = (0..padding)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            char::from(b'a' + (state % 26) as u8)
-        })
-        .collect();
-    Event {
-        kind: Some(event::Kind::Custom(CustomEvent {
-            name: "hil-backlog".into(),
-            attributes: vec![
-                Attribute {
-                    key: "id".into(),
-                    value: Some(attribute::Value::IntValue(id as i64)),
-                },
-                Attribute {
-                    key: "padding".into(),
-                    value: Some(attribute::Value::StringValue(text)),
-                },
-            ],
-        })),
-        ..Event::default()
-    }
-}
-
 /// Submits `count` events of `padding` bytes to the agent's socket; returns when every one is
 /// durable in the agent's queue.
 pub fn fill(socket: &Path, count: usize, padding: usize) -> Result<(), BacklogError> {
@@ -75,7 +45,7 @@ pub fn fill(socket: &Path, count: usize, padding: usize) -> Result<(), BacklogEr
         for id in 0..count {
             let submission = LocalSubmission {
                 tier: Tier::Debug as i32,
-                event: Some(event(id as u64, padding)),
+                event: Some(custom_event("hil-backlog", id as i64, padding)),
             };
             codec::encode_frame(&submission, &mut out);
             if out.len() > 128 * 1024 {

@@ -8,11 +8,15 @@
 //! - Nothing here imitates the agent: the agent under test is the binary that ships.
 
 use std::io::Read;
-use std::os::unix::fs::symlink;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use edgewatch_harness::HarnessError;
+use edgewatch_harness::collector::{Collector, Keep};
+use edgewatch_harness::process::Launch;
+pub use edgewatch_test_kit::sysfs::FakeSysfs;
+use edgewatch_test_kit::sysfs::SysfsError;
 
 /// A rig component that could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +32,12 @@ pub enum RigError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The fake sysfs tree could not be built.
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
+    /// A harness component (agent process, subscriber) failed.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
     /// A process did not come up.
     #[error("{what} did not start: {detail}")]
     NotStarted {
@@ -127,122 +137,27 @@ pub fn scratch(prefix: &str) -> Result<tempfile::TempDir, RigError> {
         .map_err(io("creating a scratch directory"))
 }
 
-/// A fake Jetson sysfs tree (AGX Orin-like) laid out as the real one: class directories are
-/// symlinks into `devices`, the GPU is found through `device/of_node/name`, and every cpufreq
-/// policy also holds the `cpuinfo_cur_freq` the agent must never open. Trip points sit far above
-/// the capture's temperatures, so sampling alone emits no throttle events.
-pub struct FakeSysfs {
-    root: PathBuf,
-}
-
-impl FakeSysfs {
-    /// Builds the tree under `root`.
-    pub fn orin(root: &Path) -> Result<Self, RigError> {
-        let fake = Self {
-            root: root.to_owned(),
-        };
-        for (n, kind, temp) in [
-            (0, "cpu-thermal", 50_000),
-            (1, "gpu-thermal", 48_000),
-            (2, "tj-thermal", 50_000),
-            (3, "soc0-thermal", 47_000),
-        ] {
-            let dir = format!("sys/devices/virtual/thermal/thermal_zone{n}");
-            fake.write(&format!("{dir}/type"), &format!("{kind}\n"))?;
-            fake.write(&format!("{dir}/temp"), &format!("{temp}\n"))?;
-            fake.write(&format!("{dir}/policy"), "step_wise\n")?;
-            fake.write(&format!("{dir}/trip_point_0_temp"), "95500\n")?;
-            fake.write(&format!("{dir}/trip_point_0_type"), "passive\n")?;
-            fake.write(&format!("{dir}/trip_point_0_hyst"), "0\n")?;
-            fake.write(&format!("{dir}/trip_point_1_temp"), "105000\n")?;
-            fake.write(&format!("{dir}/trip_point_1_type"), "critical\n")?;
-            fake.write(&format!("{dir}/trip_point_1_hyst"), "0\n")?;
-            fake.link(&dir, &format!("sys/class/thermal/thermal_zone{n}"))?;
-        }
-        for first in [0u32, 4, 8] {
-            let dir = format!("sys/devices/system/cpu/cpufreq/policy{first}");
-            fake.write(&format!("{dir}/cpuinfo_max_freq"), "2201600\n")?;
-            fake.write(&format!("{dir}/cpuinfo_min_freq"), "115200\n")?;
-            fake.write(&format!("{dir}/scaling_max_freq"), "2201600\n")?;
-            fake.write(&format!("{dir}/scaling_cur_freq"), "1728000\n")?;
-            fake.write(&format!("{dir}/cpuinfo_cur_freq"), "1728000\n")?;
-            fake.write(
-                &format!("{dir}/related_cpus"),
-                &format!("{} {} {} {}\n", first, first + 1, first + 2, first + 3),
-            )?;
-            for cpu in first..first + 4 {
-                fake.link(&dir, &format!("sys/devices/system/cpu/cpu{cpu}/cpufreq"))?;
-            }
-        }
-        let name = "17000000.gpu";
-        let device = format!("sys/devices/platform/bus@0/{name}");
-        let devfreq = format!("{device}/devfreq/{name}");
-        let of_node = "sys/firmware/devicetree/base/bus@0/gpu@17000000";
-        fake.write(&format!("{of_node}/name"), "ga10b\0")?;
-        fake.write(&format!("{devfreq}/cur_freq"), "306000000\n")?;
-        fake.write(&format!("{devfreq}/max_freq"), "1300500000\n")?;
-        fake.write(&format!("{devfreq}/min_freq"), "306000000\n")?;
-        fake.write(
-            &format!("{devfreq}/available_frequencies"),
-            "306000000 612000000 918000000 1300500000\n",
+/// A fake Jetson sysfs tree (AGX Orin-like) under `root`, laid out as the real one (see
+/// [`edgewatch_test_kit::sysfs`]): cpu, gpu, tj and soc0 zones, three clusters running at
+/// 1728 MHz, the ga10b GPU, INA3221 and `soctherm_oc` hwmons, power mode 0. Trip points sit far
+/// above the capture's temperatures, so sampling alone emits no throttle events.
+pub fn orin_sysfs(root: &Path) -> Result<FakeSysfs, RigError> {
+    let fake = FakeSysfs::at(root);
+    for (n, kind, temp) in [
+        (0, "cpu-thermal", 50_000),
+        (1, "gpu-thermal", 48_000),
+        (2, "tj-thermal", 50_000),
+        (3, "soc0-thermal", 47_000),
+    ] {
+        fake.zone(
+            n,
+            kind,
+            temp,
+            &[(95_500, "passive", 0), (105_000, "critical", 0)],
         )?;
-        fake.link(of_node, &format!("{device}/of_node"))?;
-        fake.link(&device, &format!("{devfreq}/device"))?;
-        fake.link(&devfreq, &format!("sys/class/devfreq/{name}"))?;
-        for (n, device, name, files) in [
-            (
-                0,
-                "i2c-1/1-0040",
-                "ina3221",
-                &[("in1_input", "5000"), ("curr1_input", "1200")][..],
-            ),
-            (
-                3,
-                "soctherm-oc-event",
-                "soctherm_oc",
-                &[
-                    ("oc1_event_cnt", "0"),
-                    ("oc2_event_cnt", "0"),
-                    ("oc3_event_cnt", "1200"),
-                    ("oc1_throt_en", "1"),
-                    ("oc2_throt_en", "1"),
-                    ("oc3_throt_en", "1"),
-                ][..],
-            ),
-        ] {
-            let dir = format!("sys/devices/platform/{device}/hwmon/hwmon{n}");
-            fake.write(&format!("{dir}/name"), &format!("{name}\n"))?;
-            for (file, value) in files {
-                fake.write(&format!("{dir}/{file}"), &format!("{value}\n"))?;
-            }
-            fake.link(&dir, &format!("sys/class/hwmon/hwmon{n}"))?;
-        }
-        fake.write("var/lib/nvpmodel/status", "pmode:0000\n")?;
-        Ok(fake)
     }
-
-    /// The tree's root (the agent's `thermal.sysfs_root`).
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn write(&self, rel: &str, content: &str) -> Result<(), RigError> {
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        std::fs::write(&path, content).map_err(io(format!("writing {}", path.display())))
-    }
-
-    fn link(&self, target: &str, rel: &str) -> Result<(), RigError> {
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        symlink(self.root.join(target), &path).map_err(io(format!("linking {}", path.display())))
-    }
+    fake.orin_devices(1_728_000)?;
+    Ok(fake)
 }
 
 /// One probe the agent samples.
@@ -378,11 +293,9 @@ pub fn dead_port() -> Result<u16, RigError> {
     Ok(port)
 }
 
-/// The real agent, running.
+/// The real agent, running (`edgewatch_harness::agent`, configured from an [`AgentSpec`]).
 pub struct AgentProcess {
-    dir: PathBuf,
-    child: Option<Child>,
-    stopped: bool,
+    agent: edgewatch_harness::agent::AgentProcess,
 }
 
 impl AgentProcess {
@@ -393,142 +306,75 @@ impl AgentProcess {
         dir: &Path,
         env: &[(&str, PathBuf)],
     ) -> Result<Self, RigError> {
-        let config = dir.join("agent.toml");
-        std::fs::write(&config, spec.config_text(dir)).map_err(io("writing agent.toml"))?;
-        let log = std::fs::File::create(dir.join("agent.log")).map_err(io("creating agent.log"))?;
-        let mut command = Command::new(binary);
-        command
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(io("agent.log"))?)
-            .stderr(log);
+        let mut launch = Launch::new("warn");
         for (key, value) in env {
-            command.env(key, value);
+            launch = launch.env(key, value);
         }
-        let child = command
-            .spawn()
-            .map_err(io(format!("starting {}", binary.display())))?;
-        let mut agent = Self {
-            dir: dir.to_owned(),
-            child: Some(child),
-            stopped: false,
+        let mut agent = edgewatch_harness::agent::AgentProcess::start(
+            binary,
+            dir,
+            &spec.config_text(dir),
+            launch,
+        )?;
+        let detail = match agent.wait_for_socket(Duration::from_secs(30)) {
+            Ok(()) => return Ok(Self { agent }),
+            Err(HarnessError::Exited { status, .. }) => {
+                format!("exited with {status}; log:\n{}", agent.log())
+            }
+            Err(HarnessError::NotReady { .. }) => {
+                format!("no socket after 30 s; log:\n{}", agent.log())
+            }
+            Err(other) => return Err(other.into()),
         };
-        let socket = dir.join("agent.sock");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(&socket).is_err() {
-            let exited = agent
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                return Err(RigError::NotStarted {
-                    what: "edgewatch-agent".into(),
-                    detail: format!("exited with {status}; log:\n{}", agent.log()),
-                });
-            }
-            if Instant::now() > deadline {
-                return Err(RigError::NotStarted {
-                    what: "edgewatch-agent".into(),
-                    detail: format!("no socket after 30 s; log:\n{}", agent.log()),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(agent)
+        Err(RigError::NotStarted {
+            what: "edgewatch-agent".into(),
+            detail,
+        })
     }
 
     /// Process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.agent.pid().unwrap_or(0)
     }
 
     /// The agent's directory (queue, socket, status, log).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.agent.dir()
     }
 
     /// The local ingest socket.
     pub fn socket(&self) -> PathBuf {
-        self.dir.join("agent.sock")
+        self.agent.socket()
     }
 
     /// The log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+        self.agent.log()
     }
 
     /// The agent's status file, parsed (`Null` if absent).
     pub fn status(&self) -> serde_json::Value {
-        std::fs::read_to_string(self.dir.join("agent-status.json"))
-            .ok()
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or(serde_json::Value::Null)
+        self.agent.status_file()
     }
 
     /// Still running (not exited)?
     pub fn running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        if let Some(child) = &self.child {
-            // SAFETY: kill(2) on our own unreaped child; no memory is involved.
-            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
-        }
+        self.agent.running()
     }
 
     /// SIGSTOP: the agent-off arm of a pair.
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP);
-        self.stopped = true;
+        self.agent.pause();
     }
 
     /// SIGCONT.
     pub fn resume(&mut self) {
-        self.signal(libc::SIGCONT);
-        self.stopped = false;
+        self.agent.resume();
     }
 
     /// SIGTERM and wait (SIGKILL after 10 s); returns the exit status text.
     pub fn terminate(&mut self) -> String {
-        if self.stopped {
-            self.resume();
-        }
-        let Some(mut child) = self.child.take() else {
-            return "not running".into();
-        };
-        // SAFETY: kill(2) on our own unreaped child.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return status.to_string(),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                _ => {
-                    let _ = child.kill();
-                    return child
-                        .wait()
-                        .map_or_else(|e| e.to_string(), |s| format!("{s} (after SIGKILL)"));
-                }
-            }
-        }
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill(2) on our own unreaped child.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.agent.terminate(Duration::from_secs(10)).to_string()
     }
 }
 
@@ -684,92 +530,31 @@ pub fn pin_self(cpus: &[usize]) -> Result<(), RigError> {
 
 /// A subscriber on `edgewatch/v1/#` (QoS 0), standing in for the gateway so the broker has
 /// someone to deliver to (the agent keeps a batch the broker had no subscriber for). Counts the
-/// messages it receives.
+/// messages it receives, without decoding them.
 pub struct Subscriber {
-    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    collector: Collector,
 }
 
 impl Subscriber {
     /// Connects to `broker` and subscribes; returns once the subscription is acknowledged.
     pub fn start(broker: std::net::SocketAddr) -> Result<Self, RigError> {
-        use rumqttc::v5::mqttbytes::QoS;
-        use rumqttc::v5::mqttbytes::v5::Packet;
-        use rumqttc::v5::{AsyncClient, Event};
-        use std::sync::atomic::Ordering;
-
-        let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let counter = std::sync::Arc::clone(&received);
         let options = edgewatch_harness::mqtt::options("edgewatch-hil-subscriber", broker);
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(io("building the subscriber runtime"))?;
-        let thread = std::thread::Builder::new()
-            .name("hil-subscriber".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let (client, mut events) = AsyncClient::new(options, 64);
-                    let mut ready = Some(ready_tx);
-                    loop {
-                        let event = tokio::select! {
-                            event = events.poll() => event,
-                            _ = &mut stopped => return,
-                        };
-                        match event {
-                            Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                                let _ = client.try_subscribe("edgewatch/v1/#", QoS::AtMostOnce);
-                            }
-                            Ok(Event::Incoming(Packet::SubAck(_))) => {
-                                if let Some(ready) = ready.take() {
-                                    let _ = ready.send(());
-                                }
-                            }
-                            Ok(Event::Incoming(Packet::Publish(_))) => {
-                                counter.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Ok(_) => {}
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    }
-                });
-            })
-            .map_err(io("spawning the subscriber"))?;
-        let mut subscriber = Self {
-            received,
-            stop: Some(stop),
-            thread: Some(thread),
-        };
-        if ready_rx.recv_timeout(Duration::from_secs(15)).is_err() {
-            subscriber.shutdown();
-            return Err(RigError::NotStarted {
+        match Collector::subscribe(
+            options,
+            rumqttc::v5::mqttbytes::QoS::AtMostOnce,
+            Keep::MessageCount,
+        ) {
+            Ok(collector) => Ok(Self { collector }),
+            Err(HarnessError::NotReady { .. }) => Err(RigError::NotStarted {
                 what: "the broker subscriber".into(),
                 detail: "no SUBACK within 15 s".into(),
-            });
+            }),
+            Err(other) => Err(other.into()),
         }
-        Ok(subscriber)
     }
 
     /// Messages received so far.
     pub fn received(&self) -> u64 {
-        self.received.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.collector.messages()
     }
 }

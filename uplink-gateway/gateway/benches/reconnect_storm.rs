@@ -6,18 +6,23 @@
 //! until the gateway acknowledged the last batch, and the gateway's peak RSS (VmHWM); medians of
 //! several runs.
 //!
+//! The machines' batches are the gateway tests' own (`tests/util`: safe stops, then deadline
+//! counters), and the gateway runs under `edgewatch_harness::gateway`.
+//!
 //! Run: `cargo bench -p edgewatch-gateway --bench reconnect_storm`
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+#[path = "../tests/util/mod.rs"]
+mod util;
+
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use edgewatch_harness::gateway::GatewayProcess;
 use edgewatch_harness::mosquitto::Mosquitto;
-use edgewatch_proto::framing::encode_batch;
-use edgewatch_proto::v1::{Batch, DeadlineCounters, Event, LoopRef, SafeStop, Tier, event};
+use edgewatch_harness::process::Launch;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event as MqttEvent};
@@ -28,84 +33,29 @@ const EVENTS_PER_BATCH: u64 = 20;
 const CONNECTIONS: usize = 8;
 const RUNS: usize = 3;
 
-fn now_ns() -> i64 {
-    edgewatch_gateway::run::now_ns()
-}
-
+/// One machine's backlog, as the agent drains it: safety first (one batch of three safe stops),
+/// then the SLO backlog, in the tests' batches (epoch 3, site `pit-3`).
 fn backlog(machine: usize) -> Vec<(String, Vec<u8>)> {
     let id = format!("truck-{machine:04}");
-    let start = now_ns() - 2 * 86_400_000_000_000;
-    let mut out = Vec::new();
-    // Safety first, as the agent drains: one safety batch, then the SLO backlog.
-    let safety: Vec<Event> = (1..=3)
-        .map(|seq| Event {
-            seq,
-            event_time_unix_ns: start + seq as i64 * 1_000_000_000,
-            monotonic_ns: seq,
-            kind: Some(event::Kind::SafeStop(SafeStop {
-                total: seq,
-                ..Default::default()
-            })),
-        })
-        .collect();
-    out.push(batch(&id, Tier::Safety, safety));
+    let start = util::now_ns() - 2 * 86_400_000_000_000;
+    let mut out = vec![util::message(&util::safety_batch(
+        &id,
+        3,
+        1,
+        3,
+        start + 1_000_000_000,
+    ))];
     for b in 0..BACKLOG_BATCHES {
-        let events = (0..EVENTS_PER_BATCH)
-            .map(|i| {
-                let seq = 1 + b * EVENTS_PER_BATCH + i;
-                Event {
-                    seq,
-                    event_time_unix_ns: start + seq as i64 * 10_000_000_000,
-                    monotonic_ns: seq,
-                    kind: Some(event::Kind::DeadlineCounters(DeadlineCounters {
-                        control_loop: Some(LoopRef {
-                            loop_id: 1,
-                            loop_name: "safety".into(),
-                        }),
-                        cycles: 250 * seq,
-                        misses: seq / 50,
-                        ..Default::default()
-                    })),
-                }
-            })
-            .collect();
-        out.push(batch(&id, Tier::Slo, events));
+        let first = 1 + b * EVENTS_PER_BATCH;
+        out.push(util::message(&util::slo_batch(
+            &id,
+            3,
+            first,
+            EVENTS_PER_BATCH,
+            start + first as i64 * 10_000_000_000,
+        )));
     }
     out
-}
-
-fn batch(machine: &str, tier: Tier, events: Vec<Event>) -> (String, Vec<u8>) {
-    let batch = Batch {
-        schema_version: 1,
-        machine_id: machine.into(),
-        site_id: format!("pit-{}", machine.len() % 7),
-        agent_epoch: 3,
-        tier: tier as i32,
-        first_seq: events[0].seq,
-        last_seq: events[events.len() - 1].seq,
-        sent_time_unix_ns: now_ns(),
-        events,
-        machine_class: "haul-truck".into(),
-        agent_version: "0.1.0".into(),
-    };
-    let segment = edgewatch_proto::tier::name(tier).unwrap();
-    (
-        format!("edgewatch/v1/{}/{machine}/{segment}", batch.site_id),
-        encode_batch(&batch).unwrap(),
-    )
-}
-
-fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -152,18 +102,15 @@ fn one_run(run: usize) -> (f64, u64, usize) {
         dir.path().join("store.redb").display()
     );
     std::fs::write(dir.path().join("gw.toml"), config).unwrap();
-    let mut gateway = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
-        .args(["run", "--config"])
-        .arg(dir.path().join("gw.toml"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    while metric(metrics, "edgewatch_gateway_subscribed") != Some(1.0) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut gateway = GatewayProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_edgewatch-gateway")),
+        &dir.path().join("gw.toml"),
+        &dir.path().join("gateway.log"),
+        metrics,
+        Launch::new("warn"),
+        Duration::from_secs(60),
+    )
+    .unwrap();
     let mut per_connection: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new(); CONNECTIONS];
     let mut total = 0;
     for machine in 0..MACHINES {
@@ -178,7 +125,11 @@ fn one_run(run: usize) -> (f64, u64, usize) {
         .enumerate()
         .map(|(id, messages)| runtime.spawn(publish(broker.addr(), id + run * 100, messages)))
         .collect();
-    while metric(metrics, "edgewatch_gateway_messages_acked_total").unwrap_or(0.0) < total as f64 {
+    while gateway
+        .metric("edgewatch_gateway_messages_acked_total")
+        .unwrap_or(0.0)
+        < total as f64
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -187,9 +138,8 @@ fn one_run(run: usize) -> (f64, u64, usize) {
             publisher.await.unwrap();
         }
     });
-    let rss = peak_rss_kib(gateway.id());
-    let _ = gateway.kill();
-    let _ = gateway.wait();
+    let rss = peak_rss_kib(gateway.pid().unwrap());
+    gateway.kill();
     (elapsed, rss, total)
 }
 

@@ -15,6 +15,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use edgewatch_gateway::config::Config;
+use edgewatch_test_kit::config_docs::{
+    accepted_keys_in_refusal, fenced, section, uncomment_stated_defaults, uncomment_table,
+};
 
 const PACKAGED_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 const PACKAGED: &str = include_str!("../config/gateway.toml");
@@ -63,46 +66,13 @@ fn accepted_keys(opening: &str) -> Vec<String> {
         other => format!("{REQUIRED}{other}\n{PROBE}"),
     };
     let error = Config::from_toml(&text).unwrap_err().reason;
-    // serde: "unknown field `x`, expected `a`", "... `a` or `b`", "... one of `a`, `b`, `c`".
-    let expected = error
-        .split(", expected ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{opening}: no list of fields in {error:?}"));
-    let keys: Vec<String> = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect();
-    assert!(!keys.is_empty(), "{opening}: {error}");
-    keys
-}
-
-/// Text from `heading` to the next heading of level 2 or 3.
-fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
-    let start = doc
-        .find(heading)
-        .unwrap_or_else(|| panic!("no section {heading}"));
-    let rest = &doc[start + heading.len()..];
-    let end = [rest.find("\n## "), rest.find("\n### ")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(rest.len());
-    &doc[start..start + heading.len() + end]
-}
-
-/// The body of the first ```toml block in `text`.
-fn toml_block(text: &str) -> &str {
-    let start = text.find("```toml\n").expect("no ```toml block") + "```toml\n".len();
-    let len = text[start..].find("```").unwrap();
-    &text[start..start + len]
+    accepted_keys_in_refusal(opening, &error)
 }
 
 /// The gateway section's complete example.
 fn complete_example() -> &'static str {
     let gateway = &CONFIGURATION[CONFIGURATION.find("\n## Gateway").unwrap()..];
-    toml_block(section(gateway, "### Complete example"))
+    fenced(section(gateway, "### Complete example"), "toml")
 }
 
 /// Keys assigned in TOML text (`key = ...` at the start of a line, comments included).
@@ -116,33 +86,6 @@ fn assigned_keys(text: &str) -> BTreeSet<String> {
                 .then(|| key.to_owned())
         })
         .collect()
-}
-
-/// `text` with the commented-out table `# [<table>]` and its `# key = value` lines uncommented:
-/// what provisioning does.
-fn uncomment_table(text: &str, table: &str) -> String {
-    let header = format!("# [{table}]");
-    let mut inside = false;
-    let mut found = false;
-    let out: String = text
-        .lines()
-        .map(|line| {
-            if line == header {
-                inside = true;
-                found = true;
-                return format!("[{table}]\n");
-            }
-            match line.strip_prefix("# ") {
-                Some(rest) if inside && rest.contains(" = ") => format!("{rest}\n"),
-                _ => {
-                    inside = false;
-                    format!("{line}\n")
-                }
-            }
-        })
-        .collect();
-    assert!(found, "no commented-out {header}");
-    out
 }
 
 fn check_config(text: &str) -> std::process::Output {
@@ -258,7 +201,7 @@ fn every_key_of_the_reference_is_one_the_parser_accepts() {
 
 #[test]
 fn the_slo_catalog_example_shows_every_key_of_the_slo_and_prices_tables() {
-    let example = toml_block(section(SLO_CATALOG, "## Example configuration"));
+    let example = fenced(section(SLO_CATALOG, "## Example configuration"), "toml");
     let shown = assigned_keys(example);
     for (table, opening) in SLO_TABLES {
         for key in accepted_keys(opening) {
@@ -303,19 +246,7 @@ fn the_complete_example_passes_check_config_and_its_default_lines_state_the_defa
 
 #[test]
 fn uncommenting_the_stated_defaults_of_the_packaged_configuration_changes_nothing() {
-    let mut stated = 0;
-    let uncommented: String = PACKAGED
-        .lines()
-        .map(|line| match line.strip_prefix('#') {
-            Some(rest)
-                if rest.starts_with(|c: char| c.is_ascii_lowercase()) && rest.contains(" = ") =>
-            {
-                stated += 1;
-                format!("{rest}\n")
-            }
-            _ => format!("{line}\n"),
-        })
-        .collect();
+    let (uncommented, stated) = uncomment_stated_defaults(PACKAGED);
     assert!(stated >= 8, "only {stated} stated defaults");
     assert_eq!(
         format!("{:?}", Config::from_toml(&uncommented).unwrap()),

@@ -1,42 +1,13 @@
 //! Steady state allocates nothing: the record path and every reader method after `open`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
+use edgewatch_test_kit::alloc::CountingAllocator;
 use loop_probe::{AutonomyMode, ProbeReader, ProbeWriter, Record, clock::monotonic_ns};
 
 use crate::util::{config, cycle, probe_path, scratch};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; only counts, per thread.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts per thread: tests running beside this one do not disturb it.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 #[test]
 fn recording_and_reading_in_steady_state_allocate_nothing() {
@@ -50,7 +21,7 @@ fn recording_and_reading_in_steady_state_allocate_nothing() {
     // Warm-up pass, then the measured passes.
     w.record(&cycle(0, 1));
     r.poll(monotonic_ns(), &mut sink).unwrap();
-    let before = allocations();
+    let before = ALLOCATOR.allocations_on_this_thread();
     for i in 1..2000u64 {
         w.record(&cycle(i, if i % 3 == 0 { 10_000_000 } else { 1 }));
         if i % 100 == 0 {
@@ -65,7 +36,7 @@ fn recording_and_reading_in_steady_state_allocate_nothing() {
             r.liveness(monotonic_ns()).unwrap();
         }
     }
-    let after = allocations();
+    let after = ALLOCATOR.allocations_on_this_thread();
     assert_eq!(after - before, 0, "allocations in steady state");
     assert!(seen > 0);
 }

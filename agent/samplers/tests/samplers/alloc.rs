@@ -15,9 +15,9 @@ use edgewatch_samplers::model::{ModelConfig, ModelWatcher};
 use loop_probe::{Cycle, FLAG_FALLBACK};
 use prost::Message;
 
+use crate::ALLOCATOR;
 use crate::probes::writer;
 use crate::util::{config, now, probe, scratch};
-use crate::{ALLOCATIONS, COUNT_THIS_THREAD};
 
 const RECORDS: u64 = 150_000;
 const WARM_UP_RECORDS: u64 = 20_000;
@@ -133,6 +133,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
 
     let mut counting = false;
     let mut counted_from = (0, 0);
+    let mut allocations_before = 0;
     loop {
         let finished = done.load(Ordering::Acquire);
         let t = now();
@@ -147,7 +148,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
         {
             counting = true;
             counted_from = (written.load(Ordering::Acquire), sink.events);
-            COUNT_THIS_THREAD.with(|c| c.set(true));
+            allocations_before = ALLOCATOR.allocations_on_this_thread();
         }
         if finished {
             break;
@@ -159,8 +160,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
     let t = now();
     watcher.tick(t, &mut sink);
     s.poll(t, watcher.current(), &mut sink);
-    COUNT_THIS_THREAD.with(|c| c.set(false));
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    let allocations = ALLOCATOR.allocations_on_this_thread() - allocations_before;
     let w = producer.join().unwrap();
 
     assert!(counting, "warm-up never completed");

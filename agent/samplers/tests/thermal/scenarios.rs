@@ -12,7 +12,7 @@ use edgewatch_samplers::thermal::{
 };
 use edgewatch_samplers::{CollectingSink, Now};
 
-use crate::fake_sysfs::FakeSysfs;
+use crate::fake_sysfs::{FakeSysfs, RootedConfig};
 use crate::util::{
     assert_close, capture, energy, joules, later, over_currents, throttle_counters, throttles,
 };
@@ -43,7 +43,7 @@ fn summary(sink: &CollectingSink) -> Vec<(Tier, bool, Component, ThrottleCause, 
 #[tokio::test(flavor = "current_thread")]
 async fn a_replayed_line_over_a_passive_trip_is_an_slo_episode_and_a_critical_reading_a_safety_one()
 {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let config = fake.config(RawThermalConfig {
         replay: Some(capture("orin-nx-8gb_jp6.x_l4t-r36.txt")),
         replay_speed: 1000.0,
@@ -76,15 +76,15 @@ async fn a_replayed_line_over_a_passive_trip_is_an_slo_episode_and_a_critical_re
     assert_eq!(throttle.trip_celsius, Some(65.0));
 
     // Cooling: 64 °C is inside the 2 °C hysteresis band, 62.9 °C is below it.
-    fake.set_temp(0, 64_000);
+    fake.set_temp(0, 64_000).unwrap();
     sampler.on_sysfs(reader.read(), later(t, 1.0), None, &mut sink);
     assert_eq!(throttles(&sink.events).len(), 1, "no flap inside the band");
-    fake.set_temp(0, 62_900);
+    fake.set_temp(0, 62_900).unwrap();
     sampler.on_sysfs(reader.read(), later(t, 2.0), None, &mut sink);
     // Then a critical reading, and back to normal.
-    fake.set_temp(0, 105_500);
+    fake.set_temp(0, 105_500).unwrap();
     sampler.on_sysfs(reader.read(), later(t, 3.0), None, &mut sink);
-    fake.set_temp(0, 40_000);
+    fake.set_temp(0, 40_000).unwrap();
     sampler.on_sysfs(reader.read(), later(t, 4.0), None, &mut sink);
 
     let cpu = |tier, started, cause| {
@@ -132,7 +132,7 @@ async fn a_replayed_line_over_a_passive_trip_is_an_slo_episode_and_a_critical_re
 
 #[test]
 fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let config = fake.config(
         toml::from_str::<RawThermalConfig>("[power_mode_nominal_max_mhz.2]\ncpu = 1497\ngpu = 612")
             .unwrap(),
@@ -142,12 +142,12 @@ fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
     let mut sink = CollectingSink::default();
     sampler.on_sysfs(reader.read(), t0(), None, &mut sink);
 
-    fake.set_scaling_max(4, 1_497_600);
+    fake.set_scaling_max(4, 1_497_600).unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 1.0), None, &mut sink);
-    fake.set_gpu_max("17000000.gpu", 612_000_000);
+    fake.set_gpu_max("17000000.gpu", 612_000_000).unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 2.0), None, &mut sink);
-    fake.set_scaling_max(4, 2_201_600);
-    fake.set_gpu_max("17000000.gpu", 1_300_500_000);
+    fake.set_scaling_max(4, 2_201_600).unwrap();
+    fake.set_gpu_max("17000000.gpu", 1_300_500_000).unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 5.0), None, &mut sink);
 
     use ThrottleCause::FrequencyCap;
@@ -200,11 +200,11 @@ fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
     );
 
     // nvpmodel mode 2 caps every cluster at 1497 MHz and the GPU at 612 MHz by design.
-    fake.power_mode(2);
+    fake.power_mode(2).unwrap();
     for policy in [0, 4, 8] {
-        fake.set_scaling_max(policy, 1_497_600);
+        fake.set_scaling_max(policy, 1_497_600).unwrap();
     }
-    fake.set_gpu_max("17000000.gpu", 612_000_000);
+    fake.set_gpu_max("17000000.gpu", 612_000_000).unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 6.0), None, &mut sink);
     assert_eq!(
         throttles(&sink.events).len(),
@@ -224,7 +224,7 @@ fn caps_lowered_below_nominal_on_cpufreq_and_gpu_devfreq_are_slo_episodes() {
 
 #[test]
 fn an_over_current_increment_is_a_safety_report_and_a_safety_episode_held_one_poll() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let config = fake.config(RawThermalConfig::default());
     let mut reader = SysfsReader::open(&config.sysfs).unwrap();
     let mut sampler = ThermalSampler::new(&config, reader.inventory(), t0(), None);
@@ -235,7 +235,7 @@ fn an_over_current_increment_is_a_safety_report_and_a_safety_episode_held_one_po
         "1200 since boot is a baseline"
     );
 
-    fake.set_oc(3, 1204);
+    fake.set_oc(3, 1204).unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 1.0), None, &mut sink);
     let ocs = over_currents(&sink.events);
     assert_eq!(ocs.len(), 1);
@@ -272,7 +272,7 @@ fn an_over_current_increment_is_a_safety_report_and_a_safety_episode_held_one_po
 /// Replays `file` to its end (or `samples` samples when looping) into a fresh sampler, and
 /// flushes the counters at the last event's time.
 async fn replay_energy(file: &str, looped: bool, samples: usize) -> CollectingSink {
-    let fake = FakeSysfs::empty();
+    let fake = FakeSysfs::empty().unwrap();
     let config = fake.config(RawThermalConfig {
         replay: Some(capture(file)),
         replay_speed: 1000.0,
@@ -347,7 +347,7 @@ async fn a_looped_agx_orin_line_keeps_its_duplicate_nc_rails_apart() {
 
 #[test]
 fn configured_sysfs_power_inputs_are_integrated_too() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let config = fake.config(
         toml::from_str::<RawThermalConfig>(
             "tegrastats_enabled = false\n[[power_input]]\nrail = \"VDD_IN\"\n\
@@ -365,7 +365,8 @@ fn configured_sysfs_power_inputs_are_integrated_too() {
     fake.write(
         "sys/devices/platform/i2c-1/1-0040/hwmon/hwmon0/curr1_input",
         "1800\n",
-    );
+    )
+    .unwrap();
     sampler.on_sysfs(reader.read(), later(t0(), 2.0), None, &mut sink);
     sampler.flush(later(t0(), 2.0), None, &mut sink);
     // 6 J + (6 + 9) / 2 J

@@ -10,7 +10,7 @@ use edgewatch_samplers::thermal::config::RawThermalConfig;
 use edgewatch_samplers::thermal::sysfs::{FreqReading, TripKind};
 use edgewatch_samplers::thermal::{SysfsError, SysfsReader};
 
-use crate::fake_sysfs::FakeSysfs;
+use crate::fake_sysfs::{FakeSysfs, RootedConfig};
 
 /// Open and access events on watched directories, by file name, through inotify.
 struct FileWatch {
@@ -81,7 +81,7 @@ impl Drop for FileWatch {
 
 #[test]
 fn the_reader_never_opens_cpuinfo_cur_freq_and_reads_each_metric_once_per_poll() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let policies: Vec<_> = [0, 4, 8]
         .iter()
         .map(|p| fake.path(&format!("sys/devices/system/cpu/cpufreq/policy{p}")))
@@ -109,13 +109,17 @@ fn the_reader_never_opens_cpuinfo_cur_freq_and_reads_each_metric_once_per_poll()
 
 #[test]
 fn the_per_cpu_layout_is_read_without_touching_cpuinfo_cur_freq_either() {
-    let fake = FakeSysfs::empty();
+    let fake = FakeSysfs::empty().unwrap();
     for cpu in 0..2 {
         let dir = format!("sys/devices/system/cpu/cpu{cpu}/cpufreq");
-        fake.write(&format!("{dir}/cpuinfo_max_freq"), "1479000\n");
-        fake.write(&format!("{dir}/scaling_max_freq"), "921600\n");
-        fake.write(&format!("{dir}/scaling_cur_freq"), "102000\n");
-        fake.write(&format!("{dir}/cpuinfo_cur_freq"), "102000\n");
+        fake.write(&format!("{dir}/cpuinfo_max_freq"), "1479000\n")
+            .unwrap();
+        fake.write(&format!("{dir}/scaling_max_freq"), "921600\n")
+            .unwrap();
+        fake.write(&format!("{dir}/scaling_cur_freq"), "102000\n")
+            .unwrap();
+        fake.write(&format!("{dir}/cpuinfo_cur_freq"), "102000\n")
+            .unwrap();
     }
     let dirs = [
         fake.path("sys/devices/system/cpu/cpu0/cpufreq"),
@@ -145,7 +149,7 @@ fn the_per_cpu_layout_is_read_without_touching_cpuinfo_cur_freq_either() {
 
 #[test]
 fn discovery_finds_zones_trips_policies_the_gpu_by_device_tree_name_and_soctherm_oc_by_name() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let reader = SysfsReader::open(&fake.sysfs_config()).unwrap();
     let inv = reader.inventory();
 
@@ -195,7 +199,7 @@ fn discovery_finds_zones_trips_policies_the_gpu_by_device_tree_name_and_soctherm
 
 #[test]
 fn each_poll_re_reads_the_open_files_and_an_unreadable_value_is_counted_not_fatal() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let mut reader = SysfsReader::open(&fake.sysfs_config()).unwrap();
     let first = reader.read().clone();
     assert_eq!(
@@ -212,14 +216,16 @@ fn each_poll_re_reads_the_open_files_and_an_unreadable_value_is_counted_not_fata
     assert_eq!(first.oc_counts, [Some(0), Some(0), Some(1200)]);
     assert_eq!(first.power_mode, Some(0));
 
-    fake.set_scaling_max(4, 1_497_600);
-    fake.set_gpu_max("17000000.gpu", 612_000_000);
-    fake.set_oc(3, 1204);
-    fake.write("sys/devices/virtual/thermal/thermal_zone0/temp", "-\n");
+    fake.set_scaling_max(4, 1_497_600).unwrap();
+    fake.set_gpu_max("17000000.gpu", 612_000_000).unwrap();
+    fake.set_oc(3, 1204).unwrap();
+    fake.write("sys/devices/virtual/thermal/thermal_zone0/temp", "-\n")
+        .unwrap();
     // A power-gated GPU zone reads the -256 °C sentinel.
-    fake.set_temp(1, -256_000);
+    fake.set_temp(1, -256_000).unwrap();
     // nvpmodel may replace its status file: the reader re-opens it by path.
-    fake.write("var/lib/nvpmodel/status.new", "pmode:0002\n");
+    fake.write("var/lib/nvpmodel/status.new", "pmode:0002\n")
+        .unwrap();
     fs::rename(
         fake.path("var/lib/nvpmodel/status.new"),
         fake.path("var/lib/nvpmodel/status"),
@@ -239,17 +245,18 @@ fn each_poll_re_reads_the_open_files_and_an_unreadable_value_is_counted_not_fata
         (2, 1),
         "the sentinel is no error"
     );
-    fake.set_temp(1, 61_250);
+    fake.set_temp(1, 61_250).unwrap();
     assert_eq!(reader.read().zone_celsius[1], Some(61.25));
 }
 
 #[test]
 fn configured_power_inputs_read_microwatts_or_volts_times_amps() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     fake.write(
         "sys/devices/platform/i2c-1/1-0040/hwmon/hwmon0/power1_input",
         "7250000\n",
-    );
+    )
+    .unwrap();
     let config = fake.config(
         toml::from_str::<RawThermalConfig>(
             r#"
@@ -272,7 +279,7 @@ fn configured_power_inputs_read_microwatts_or_volts_times_amps() {
 
 #[test]
 fn a_configured_gpu_or_power_input_that_is_missing_is_an_error_naming_the_key() {
-    let fake = FakeSysfs::orin();
+    let fake = FakeSysfs::orin().unwrap();
     let config = fake.config(RawThermalConfig {
         gpu_devfreq: Some("57000000.gpu".into()),
         ..RawThermalConfig::default()
@@ -293,14 +300,15 @@ fn a_configured_gpu_or_power_input_that_is_missing_is_an_error_naming_the_key() 
 
 #[test]
 fn a_gpu_named_in_the_config_is_used_whatever_its_device_tree_name() {
-    let fake = FakeSysfs::empty();
+    let fake = FakeSysfs::empty().unwrap();
     fake.gpu(
         "57000000.gpu",
         "gpu",
         76_800_000,
         921_600_000,
         &[76_800_000, 921_600_000],
-    );
+    )
+    .unwrap();
     let reader = SysfsReader::open(&fake.sysfs_config()).unwrap();
     assert!(reader.inventory().gpu.is_none(), "`gpu` is no known name");
     let config = fake.config(RawThermalConfig {
@@ -316,7 +324,7 @@ fn a_gpu_named_in_the_config_is_used_whatever_its_device_tree_name() {
 
 #[test]
 fn a_machine_without_jetson_sysfs_has_an_empty_inventory_and_reads_fine() {
-    let fake = FakeSysfs::empty();
+    let fake = FakeSysfs::empty().unwrap();
     let mut reader = SysfsReader::open(&fake.sysfs_config()).unwrap();
     assert_eq!(reader.inventory(), &Default::default());
     let snapshot = reader.read();

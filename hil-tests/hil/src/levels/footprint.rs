@@ -13,8 +13,8 @@ use super::{Check, LevelError, cpu_split};
 use crate::malloc_count::{Counts, MallocCounter};
 use crate::procfs;
 use crate::rig::{
-    AgentProcess, AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, dead_port,
-    default_capture, scratch,
+    AgentProcess, AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, dead_port,
+    default_capture, orin_sysfs, scratch,
 };
 use crate::stats::LatencySummary;
 
@@ -103,7 +103,7 @@ pub fn ten_times_production_poll_hz() -> u32 {
 pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport, LevelError> {
     let split = cpu_split();
     let dir = scratch("edgewatch-hil-footprint-")?;
-    let sysfs = FakeSysfs::orin(&dir.path().join("sysfs"))?;
+    let sysfs = orin_sysfs(&dir.path().join("sysfs"))?;
     let mut loops = Vec::new();
     let mut probes = Vec::new();
     for (id, name) in [(1, "steering"), (2, "planner")] {

@@ -31,8 +31,8 @@ use super::{LevelError, cpu_split, monotonic_ns, wait_for};
 use crate::cyclictest::{self, CyclictestResult};
 use crate::procfs;
 use crate::rig::{
-    AgentProcess, AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, RigError,
-    default_capture, pin_self, scratch,
+    AgentProcess, AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, RigError, default_capture,
+    orin_sysfs, pin_self, scratch,
 };
 use crate::stats::{
     GateRule, LatencySummary, PairP99, SplitMix64, Verdict, block_order, interference_gate,
@@ -225,7 +225,7 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
     };
     pin_self(&agent_cpus)?;
     let dir = scratch("edgewatch-hil-interference-")?;
-    let sysfs = FakeSysfs::orin(&dir.path().join("sysfs"))?;
+    let sysfs = orin_sysfs(&dir.path().join("sysfs"))?;
     let broker = Mosquitto::start()?;
     let _subscriber = crate::rig::Subscriber::start(broker.addr())?;
     let proxy = FaultProxy::start(broker.addr())?;

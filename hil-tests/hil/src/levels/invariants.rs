@@ -33,7 +33,7 @@ use crate::malloc_count::{Counts, MallocCounter};
 use crate::procfs;
 use crate::rig::{
     AgentProcess, AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, dead_port,
-    default_capture, scratch,
+    default_capture, orin_sysfs, scratch,
 };
 use crate::seccomp::{self, SeccompOutcome};
 
@@ -183,7 +183,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
 
     // 2-5. The real agent, sampling two real loops.
     let counter = MallocCounter::build(dir.path())?;
-    let sysfs = FakeSysfs::orin(&dir.path().join("sysfs"))?;
+    let sysfs = orin_sysfs(&dir.path().join("sysfs"))?;
     let mut loops = Vec::new();
     let mut probes = Vec::new();
     for (id, name) in [(1, "steering"), (2, "planner")] {

@@ -1,15 +1,15 @@
 //! Helpers shared by the gateway's integration tests: batch builders, a publisher that waits for
-//! PUBACKs, and a handle on the real `edgewatch-gateway` binary (config in a temp dir, SIGKILL,
-//! SIGTERM, `/metrics` scraping).
+//! PUBACKs, and the real `edgewatch-gateway` binary (`edgewatch_harness::gateway`) run from a
+//! configuration the tests vary, in a temp dir.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use edgewatch_harness::gateway::GatewayProcess;
+use edgewatch_harness::process::{Launch, Termination};
 use edgewatch_proto::framing::encode_batch;
 use edgewatch_proto::topic::batch_topic;
 use edgewatch_proto::v1::{
@@ -18,6 +18,11 @@ use edgewatch_proto::v1::{
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason};
 use rumqttc::v5::{AsyncClient, Event as MqttEvent};
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgewatch-gateway");
+
+/// How long the gateway may take to subscribe, or a metric to reach its value.
+const WAIT: Duration = Duration::from_secs(60);
 
 pub const SITE: &str = "pit-3";
 pub const HOUR_NS: i64 = 3_600_000_000_000;
@@ -140,7 +145,7 @@ pub async fn publish_all(broker: SocketAddr, client_id: &str, messages: &[(Strin
 
 /// The real gateway binary, run from a generated configuration.
 pub struct Gateway {
-    child: Option<Child>,
+    process: GatewayProcess,
     pub dir: PathBuf,
     pub config_file: PathBuf,
     pub metrics: SocketAddr,
@@ -202,144 +207,89 @@ impl Gateway {
         config.push_str(&spec.extra_tables);
         let config_file = dir.join("gateway.toml");
         std::fs::write(&config_file, config).unwrap();
-        let mut gateway = Self {
-            child: None,
+        let log = dir.join("gateway.log");
+        let process = GatewayProcess::start(
+            Path::new(BIN),
+            &config_file,
+            &log,
+            metrics,
+            Launch::new("info"),
+            WAIT,
+        )
+        .unwrap_or_else(|error| panic!("{error}; log:\n{}", log_tail(dir)));
+        Self {
+            process,
             dir: dir.to_owned(),
             config_file,
             metrics,
-        };
-        gateway.spawn();
-        gateway
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("gateway.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
-            .arg("run")
-            .arg("--config")
-            .arg(&self.config_file)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        self.wait_metric("edgewatch_gateway_subscribed", |v| v == 1.0);
+        }
     }
 
     /// Starts the same instance again (same client id, same store).
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart of a running gateway");
-        self.spawn();
+        assert!(self.process.pid().is_none(), "restart of a running gateway");
+        self.process
+            .restart(WAIT)
+            .unwrap_or_else(|error| panic!("{error}; log:\n{}", self.log()));
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
+        self.process.pid().unwrap() as i32
     }
 
     pub fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own unreaped child; no memory is involved.
-        unsafe {
-            libc::kill(self.pid(), signal);
-        }
+        self.process.signal(signal);
     }
 
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// SIGTERM, and wait for a clean exit.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: as in `signal`.
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGTERM);
+        match self.process.terminate(Duration::from_secs(20)) {
+            Termination::Exited(status) => assert!(
+                status.success(),
+                "gateway exited with {status}; log:\n{}",
+                self.log()
+            ),
+            Termination::Killed(_) => {
+                panic!("gateway did not stop on SIGTERM; log:\n{}", self.log())
             }
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Some(status) = child.try_wait().unwrap() {
-                    assert!(
-                        status.success(),
-                        "gateway exited with {status}; log:\n{}",
-                        self.log()
-                    );
-                    return;
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("gateway did not stop on SIGTERM; log:\n{}", self.log());
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            Termination::NotRunning => {}
         }
     }
 
     pub fn log(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("gateway.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        log_tail(&self.dir)
     }
 
     /// The gateway's `/metrics` text, or `None` if it does not answer.
     pub fn scrape(&self) -> Option<String> {
-        let mut stream =
-            TcpStream::connect_timeout(&self.metrics, Duration::from_millis(500)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        Some(text.split("\r\n\r\n").nth(1)?.to_owned())
+        self.process.scrape()
     }
 
     /// Value of a metric line that starts with `name ` (or `name{...} `).
     pub fn metric(&self, name: &str) -> Option<f64> {
-        let text = self.scrape()?;
-        text.lines()
-            .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
-            .and_then(|line| line.rsplit(' ').next())
-            .and_then(|value| value.parse().ok())
+        self.process.metric(name)
     }
 
     /// Waits (up to 60 s) until `predicate(metric)` holds.
     pub fn wait_metric(&self, name: &str, predicate: impl Fn(f64) -> bool) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(value) = self.metric(name)
-                && predicate(value)
-            {
-                return value;
-            }
-            if Instant::now() > deadline {
+        self.process
+            .wait_metric(name, predicate, WAIT)
+            .unwrap_or_else(|last| {
                 panic!(
-                    "{name} never reached the expected value (last {:?}); log:\n{}",
-                    self.metric(name),
+                    "{name} never reached the expected value (last {last:?}); log:\n{}",
                     self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                )
+            })
     }
 
     /// Runs another subcommand of the binary with this gateway's configuration; returns stdout.
     pub fn command(&self, args: &[&str]) -> String {
-        let output = Command::new(env!("CARGO_BIN_EXE_edgewatch-gateway"))
-            .args(args)
-            .arg("--config")
-            .arg(&self.config_file)
-            .output()
-            .unwrap();
+        let output = self.process.command(args).unwrap();
         assert!(
             output.status.success(),
             "{args:?} failed: {}",
@@ -353,8 +303,9 @@ impl Gateway {
     }
 }
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The last 40 lines of the gateway's log in `dir`.
+fn log_tail(dir: &Path) -> String {
+    let log = std::fs::read_to_string(dir.join("gateway.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
