@@ -14,8 +14,8 @@ use edgewatch_hil::levels::{LevelError, cpu_split};
 use edgewatch_hil::report::{self, RunReport};
 use edgewatch_hil::rig::Binaries;
 
-/// Bad arguments.
-const EXIT_USAGE: u8 = 64;
+/// Bad arguments: the workspace's exit status for bad configuration.
+const EXIT_USAGE: u8 = edgewatch_conventions::config::EXIT_BAD_CONFIG;
 /// The machine cannot run the level (not a Jetson, a tool missing).
 const EXIT_UNAVAILABLE: u8 = 69;
 /// The rig failed (a process would not start, /proc unreadable).

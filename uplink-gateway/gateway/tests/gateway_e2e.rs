@@ -17,7 +17,7 @@ use edgewatch_proto::v1::Batch;
 use prost::Message as _;
 use util::*;
 
-const CYCLES: &str = "edge_control_cycles_total";
+use edgewatch_slo::names::metric::CONTROL_CYCLES as CYCLES;
 
 fn samples_of(store: &Store, metric: &str) -> Vec<(i64, f64)> {
     store

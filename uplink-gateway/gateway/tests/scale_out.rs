@@ -19,7 +19,7 @@ use util::*;
 const MACHINES: u64 = 20;
 const BATCHES_PER_MACHINE: u64 = 10;
 const EVENTS_PER_BATCH: u64 = 5;
-const CYCLES: &str = "edge_control_cycles_total";
+use edgewatch_slo::names::metric::CONTROL_CYCLES as CYCLES;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_a_shared_subscription_count_every_batch_once_across_a_kill() {
