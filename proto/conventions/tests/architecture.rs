@@ -607,7 +607,7 @@ mod owners {
             Rule {
                 name: "duration grammar",
                 owners: &[
-                    "conventions/src/duration.rs",
+                    "proto/conventions/src/duration.rs",
                     // Not a configuration duration: an instant within a scripted run, written
                     // with fractions (`mode manual at 1.2s`), in the synthetic loop's own
                     // pattern language.
@@ -618,7 +618,7 @@ mod owners {
             Rule {
                 name: "exit status for bad configuration",
                 owners: &[
-                    "conventions/src/config.rs",
+                    "proto/conventions/src/config.rs",
                     // Publishable on its own: depends on no workspace crate, so it keeps its
                     // own copy of the sysexits value.
                     "agent/tegrastats-parser/src/main.rs",
@@ -627,12 +627,12 @@ mod owners {
             },
             Rule {
                 name: "configuration error type",
-                owners: &["conventions/src/config.rs"],
+                owners: &["proto/conventions/src/config.rs"],
                 finds: |source| type_named(source, |name| name == "ConfigError"),
             },
             Rule {
                 name: "backoff",
-                owners: &["conventions/src/backoff.rs"],
+                owners: &["proto/conventions/src/backoff.rs"],
                 finds: |source| type_named(source, |name| name.ends_with("Backoff")),
             },
             Rule {
@@ -962,7 +962,7 @@ const NOT: &str = "pub struct ConfigError";
 #[test]
 fn the_owner_of_a_rule_may_define_it() {
     let source = Source::from_text(
-        PathBuf::from("conventions/src/backoff.rs"),
+        PathBuf::from("proto/conventions/src/backoff.rs"),
         "pub struct Backoff;\n",
     );
     assert!(owners::violations(&owners::rules(), std::slice::from_ref(&source)).is_empty());
