@@ -221,7 +221,8 @@ async fn acl_denial_is_seen_as_a_v5_puback_reason_code() {
 
     let mut gateway_options = mqtt::options("gateway-1", broker.addr());
     gateway_options.set_transport(mqtt::tls_transport(pki.ca_pem(), &gateway));
-    let mut received = subscriber(gateway_options, "edgewatch/v1/#").await;
+    let mut received =
+        subscriber(gateway_options, edgewatch_harness::collector::TOPIC_FILTER).await;
 
     let mut options = mqtt::options("truck-a", broker.addr());
     options.set_transport(mqtt::tls_transport(pki.ca_pem(), &truck_a));

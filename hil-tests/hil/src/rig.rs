@@ -294,11 +294,11 @@ pub fn dead_port() -> Result<u16, RigError> {
 }
 
 /// The real agent, running (`edgewatch_harness::agent`, configured from an [`AgentSpec`]).
-pub struct AgentProcess {
+pub struct RigAgent {
     agent: edgewatch_harness::agent::AgentProcess,
 }
 
-impl AgentProcess {
+impl RigAgent {
     /// Writes the configuration into `dir` and starts `agent run`; waits for its socket.
     pub fn start(
         binary: &Path,

@@ -576,6 +576,19 @@ mod owners {
             .collect()
     }
 
+    /// Offsets where a literal starting with `prefix` (its quote included) begins.
+    fn literal(source: &Source, prefix: &str) -> Vec<usize> {
+        source
+            .code
+            .match_indices(prefix)
+            .filter(|(at, _)| {
+                let quote = at + prefix.find('"').unwrap_or(0);
+                source.bare[quote..].starts_with('"')
+            })
+            .map(|(at, _)| at)
+            .collect()
+    }
+
     /// The literal `"ms"` on its own: the start of a duration unit table or suffix parser.
     fn unit_literals(source: &Source) -> Vec<usize> {
         source
@@ -649,6 +662,39 @@ mod owners {
                 name: "counting allocator",
                 owners: &["hil-tests/test-kit/src/alloc.rs"],
                 finds: |source| words(&source.bare, "impl GlobalAlloc for"),
+            },
+            Rule {
+                name: "fake sysfs tree",
+                owners: &["hil-tests/test-kit/src/sysfs.rs"],
+                // A tree of sysfs's shape needs its class links.
+                finds: |source| words(&source.bare, "symlink("),
+            },
+            Rule {
+                name: "agent or gateway process handle",
+                owners: &[
+                    "hil-tests/harness/src/agent.rs",
+                    "hil-tests/harness/src/gateway.rs",
+                ],
+                finds: |source| {
+                    type_named(source, |name| {
+                        name == "AgentProcess" || name == "GatewayProcess"
+                    })
+                },
+            },
+            Rule {
+                name: "MQTT collector",
+                owners: &["hil-tests/harness/src/collector.rs"],
+                finds: |source| literal(source, "\"edgewatch/v1/#\""),
+            },
+            Rule {
+                name: "/metrics client",
+                owners: &[
+                    "hil-tests/harness/src/metrics.rs",
+                    // The gateway's own test of its HTTP server speaks the protocol itself: it
+                    // checks the status line, which a scrape does not return.
+                    "uplink-gateway/gateway/src/metrics.rs",
+                ],
+                finds: |source| literal(source, "b\"GET /metrics"),
             },
         ]
     }
@@ -929,6 +975,10 @@ unsafe impl GlobalAlloc for Counting {}
 const EX_USAGE: u8 = 64;
 fn seconds(text: &str) -> Option<f64> { text.strip_suffix("ms").map(|_| 0.0) }
 fn name(tier: Tier) -> &'static str { match tier { Tier::Safety => "safety", _ => "x" } }
+fn tree(dir: &Path) { std::os::unix::fs::symlink(dir.join("a"), dir.join("b")).unwrap() }
+pub struct GatewayProcess { child: Child }
+const TOPICS: &str = "edgewatch/v1/#";
+fn scrape(stream: &mut TcpStream) { stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap() }
 // pub struct ConfigError in a comment is not a definition
 const NOT: &str = "pub struct ConfigError";
 "##;
@@ -949,6 +999,10 @@ const NOT: &str = "pub struct ConfigError";
             "tier index",
             "metric name",
             "counting allocator",
+            "fake sysfs tree",
+            "agent or gateway process handle",
+            "MQTT collector",
+            "/metrics client",
         ],
         "{violations:#?}"
     );

@@ -13,8 +13,8 @@ use super::{Check, LevelError, cpu_split};
 use crate::malloc_count::{Counts, MallocCounter};
 use crate::procfs;
 use crate::rig::{
-    AgentProcess, AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, dead_port,
-    default_capture, orin_sysfs, scratch,
+    AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, RigAgent, dead_port, default_capture,
+    orin_sysfs, scratch,
 };
 use crate::stats::LatencySummary;
 
@@ -152,7 +152,7 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
     // The counter costs two relaxed atomic adds per allocation: nothing next to the agent's own
     // work, and it tells what sampling with events flowing allocates.
     let counter = MallocCounter::build(dir.path())?;
-    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
+    let mut agent = RigAgent::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
     let pid = agent.pid();
     std::thread::sleep(config.warm_up);
 

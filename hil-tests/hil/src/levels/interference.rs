@@ -31,7 +31,7 @@ use super::{LevelError, cpu_split, monotonic_ns, wait_for};
 use crate::cyclictest::{self, CyclictestResult};
 use crate::procfs;
 use crate::rig::{
-    AgentProcess, AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, RigError, default_capture,
+    AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, RigAgent, RigError, default_capture,
     orin_sysfs, pin_self, scratch,
 };
 use crate::stats::{
@@ -280,7 +280,7 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
         context: "creating the agent directory".into(),
         source,
     })?;
-    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &[])?;
+    let mut agent = RigAgent::start(&bins.agent, &spec, &agent_dir, &[])?;
     crate::backlog::fill(
         &agent.socket(),
         config.backlog_events,
@@ -298,7 +298,7 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
             tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
         ));
     }
-    let acked = |agent: &AgentProcess| agent.status()["uplink"]["events_acked"].as_u64();
+    let acked = |agent: &RigAgent| agent.status()["uplink"]["events_acked"].as_u64();
     let acked_start = acked(&agent).unwrap_or(0);
 
     let mut reader = loop_probe::ProbeReader::open(&probe).map_err(|e| LevelError::Io {

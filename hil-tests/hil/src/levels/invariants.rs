@@ -32,7 +32,7 @@ use super::{Check, LevelError, cpu_split, wait_for};
 use crate::malloc_count::{Counts, MallocCounter};
 use crate::procfs;
 use crate::rig::{
-    AgentProcess, AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, dead_port,
+    AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, RigAgent, dead_port,
     default_capture, orin_sysfs, scratch,
 };
 use crate::seccomp::{self, SeccompOutcome};
@@ -219,7 +219,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         context: "creating the agent directory".into(),
         source,
     })?;
-    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
+    let mut agent = RigAgent::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
     let pid = agent.pid();
     std::thread::sleep(config.warm_up);
 
@@ -398,7 +398,7 @@ fn measure_drain(
         context: "creating the agent directory".into(),
         source,
     })?;
-    let mut agent = AgentProcess::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
+    let mut agent = RigAgent::start(&bins.agent, &spec, &agent_dir, &counter.env())?;
     crate::backlog::fill(&agent.socket(), config.drain_events, 1000)?;
     std::thread::sleep(Duration::from_secs(1));
     let pid = agent.pid();
