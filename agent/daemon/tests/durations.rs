@@ -12,6 +12,7 @@ use std::path::Path;
 use edgewatch_agent::config::{Config, LoadError, duration_keys};
 use edgewatch_conventions::config::RenamedKey;
 use edgewatch_conventions::duration;
+use edgewatch_test_kit::config_docs::{NOT_DURATIONS, constructed_duration_keys};
 
 /// The sources that define the agent's duration keys.
 const SOURCES: [&str; 3] = [
@@ -23,11 +24,6 @@ const SOURCES: [&str; 3] = [
 /// The required keys only.
 const REQUIRED: &str = "[machine]\nid = \"m\"\nsite = \"s\"\nclass = \"c\"\n\
                         [queue]\ndir = \"/q\"\n[uplink]\nhost = \"h\"\nport = 1\n";
-
-/// Refused by every key: the grammar is one whole number and one unit, nothing else.
-const NOT_DURATIONS: [&str; 13] = [
-    "", "30", "s", "1h30m", "1.5s", "-5s", "+5s", "5 s", " 5s", "5s ", "5S", "1y", "5sec",
-];
 
 /// One duration key of the agent's file.
 struct Row {
@@ -284,26 +280,16 @@ fn settings(mut config: Config) -> String {
     format!("{config:?}")
 }
 
-/// The names given to `DurationKey::new` in `source`.
-fn constructed_keys(source: &str) -> Vec<&str> {
-    source
-        .match_indices("DurationKey::new(")
-        .map(|(at, _)| {
-            let rest = &source[at..];
-            let start = rest.find('"').unwrap() + 1;
-            let len = rest[start..].find('"').unwrap();
-            &rest[start..start + len]
-        })
-        .collect()
-}
-
 #[test]
 fn every_duration_key_of_the_agent_has_a_row_and_every_row_a_key() {
     let rows: BTreeSet<&str> = ROWS.iter().map(|row| row.key).collect();
     assert_eq!(rows.len(), ROWS.len(), "a key has two rows");
     let listed: BTreeSet<&str> = duration_keys().map(|key| key.name).collect();
     assert_eq!(listed, rows, "duration_keys() and the rows differ");
-    let constructed: BTreeSet<&str> = SOURCES.iter().flat_map(|s| constructed_keys(s)).collect();
+    let constructed: BTreeSet<&str> = SOURCES
+        .iter()
+        .flat_map(|s| constructed_duration_keys(s))
+        .collect();
     assert_eq!(
         constructed, rows,
         "a DurationKey defined in the sources is missing from duration_keys() or the rows"

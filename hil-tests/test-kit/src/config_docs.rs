@@ -1,6 +1,7 @@
 //! Reading what the configuration documentation tests compare: the keys a parser accepts, taken
 //! from its own refusal of an unknown key, and the sections, fenced examples and commented-out
-//! tables of the reference (`docs/configuration.md`) and the packaged files.
+//! tables of the reference (`docs/configuration.md`) and the packaged files; and what the duration
+//! pin tests share (the values no duration key takes, the keys a source constructs).
 //!
 //! The agent's and the gateway's documentation tests both use these, so a key added to either
 //! parser and not to the documentation fails the same way.
@@ -13,6 +14,26 @@
 
 // Test helpers: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
+
+/// Values every duration key refuses: the one grammar is a whole number and one unit, nothing
+/// else (no bare numbers, compound forms, fractions, signs, spaces, upper case or other units).
+pub const NOT_DURATIONS: [&str; 13] = [
+    "", "30", "s", "1h30m", "1.5s", "-5s", "+5s", "5 s", " 5s", "5s ", "5S", "1y", "5sec",
+];
+
+/// The key names given to `DurationKey::new` in a configuration `source`, so that a test can
+/// check that every key the code defines is pinned by a row of its own.
+pub fn constructed_duration_keys(source: &str) -> Vec<&str> {
+    source
+        .match_indices("DurationKey::new(")
+        .map(|(at, _)| {
+            let rest = &source[at..];
+            let start = rest.find('"').unwrap() + 1;
+            let len = rest[start..].find('"').unwrap();
+            &rest[start..start + len]
+        })
+        .collect()
+}
 
 /// The keys named by a parser's `error` refusing an unknown key in `table` (`table` only names
 /// it in the failure messages).

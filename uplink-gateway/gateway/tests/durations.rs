@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use edgewatch_conventions::duration;
 use edgewatch_gateway::config::{Config, duration_keys};
+use edgewatch_test_kit::config_docs::{NOT_DURATIONS, constructed_duration_keys};
 
 /// The sources that define the gateway's duration keys (the SLO core's are named relative to
 /// their table).
@@ -21,11 +22,6 @@ const SOURCES: [&str; 3] = [
 
 /// The required keys only.
 const REQUIRED: &str = "[mqtt]\nhost = \"h\"\nclient_id = \"c\"\n[store]\npath = \"/s\"\n";
-
-/// Refused by every key: the grammar is one whole number and one unit, nothing else.
-const NOT_DURATIONS: [&str; 13] = [
-    "", "30", "s", "1h30m", "1.5s", "-5s", "+5s", "5 s", " 5s", "5s ", "5S", "1y", "5sec",
-];
 
 /// One duration key of the gateway's file.
 struct Row {
@@ -207,19 +203,6 @@ fn file_with(row: &Row, value: &str) -> String {
         .replace("VALUE", value)
 }
 
-/// The names given to `DurationKey::new` in `source`.
-fn constructed_keys(source: &str) -> Vec<&str> {
-    source
-        .match_indices("DurationKey::new(")
-        .map(|(at, _)| {
-            let rest = &source[at..];
-            let start = rest.find('"').unwrap() + 1;
-            let len = rest[start..].find('"').unwrap();
-            &rest[start..start + len]
-        })
-        .collect()
-}
-
 #[test]
 fn every_duration_key_of_the_gateway_has_a_row_and_every_row_a_key() {
     let rows: BTreeSet<&str> = ROWS.iter().map(|row| row.key).collect();
@@ -229,7 +212,10 @@ fn every_duration_key_of_the_gateway_has_a_row_and_every_row_a_key() {
     assert_eq!(listed, rows_owned, "duration_keys() and the rows differ");
     // Every key defined is listed, under one table or more (base_lookback serves [slo] and
     // [prices]).
-    let defined: BTreeSet<&str> = SOURCES.iter().flat_map(|s| constructed_keys(s)).collect();
+    let defined: BTreeSet<&str> = SOURCES
+        .iter()
+        .flat_map(|s| constructed_duration_keys(s))
+        .collect();
     let listed_keys: BTreeSet<&str> = duration_keys().iter().map(|(_, key)| key.name).collect();
     assert_eq!(
         defined, listed_keys,
