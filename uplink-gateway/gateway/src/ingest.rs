@@ -325,6 +325,8 @@ struct BatchContext<'b, 'w, 'txn> {
     refused: Vec<(String, &'static str, i64)>,
     /// Samples newly stored, for remote-write.
     stored: Vec<Sample>,
+    /// Whether there is a remote-write sink to keep them for.
+    remote: bool,
 }
 
 impl BatchContext<'_, '_, '_> {
@@ -366,12 +368,12 @@ impl BatchContext<'_, '_, '_> {
         Ok(())
     }
 
-    /// Admits one counter event's samples, or refuses the event whole (conflict, a run that
-    /// decreases, the series budget).
+    /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
+    /// the series budget, a conflict).
     fn admit(&mut self, event: &Event, samples: EventSamples) -> Result<(), StoreError> {
         let EventSamples {
             values,
-            baselines,
+            baseline,
             run_start_ms,
         } = samples;
         let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
@@ -386,40 +388,23 @@ impl BatchContext<'_, '_, '_> {
             series: keys(),
             detail,
         };
-
-        // Another value at one of the event's (series, time): the stored history stays.
-        let mut ids = Vec::with_capacity(values.len());
-        for (i, v) in values.iter().enumerate() {
-            let id = self.writer.series_id(&v.series)?;
-            let stored = match id {
-                Some(id) => self.writer.sample(id, v.ts_ms)?,
+        let mut lives = Vec::with_capacity(values.len());
+        for v in &values {
+            let live = match self.writer.series_id(&v.series)? {
+                Some(id) => self.writer.live(machine, id)?,
                 None => None,
             };
-            let twin = values[..i]
-                .iter()
-                .find(|o| o.series == v.series)
-                .map(|o| o.value);
-            if let Some(other) = stored.or(twin).filter(|other| *other != v.value) {
-                let detail = format!(
-                    "{} holds {other} at this time, not {}",
-                    SeriesKey::metric(&v.series),
-                    v.value
-                );
-                return self.refuse(event, refusal(refusal::CONFLICT, detail), true);
-            }
-            ids.push(id);
+            lives.push(live);
         }
 
         // Within one run (one start time) a counter never goes down.
         if let Some(start) = run_start_ms {
-            for (v, id) in values.iter().zip(&ids) {
-                let Some(id) = id else { continue };
-                let Some(live) = self.writer.live(machine, *id)? else {
+            for (v, live) in values.iter().zip(&lives) {
+                let Some(live) = live.filter(|live| live.run_start_ms == start) else {
                     continue;
                 };
-                let decreased = live.run_start_ms == start
-                    && ((v.ts_ms > live.run_last_ms && v.value < live.run_last_value)
-                        || (v.ts_ms < live.run_last_ms && v.value > live.run_last_value));
+                let decreased = (v.ts_ms > live.run_last_ms && v.value < live.run_last_value)
+                    || (v.ts_ms < live.run_last_ms && v.value > live.run_last_value);
                 if decreased {
                     let detail = format!(
                         "{} {} at {} ms, {} at {} ms in the same run",
@@ -437,11 +422,7 @@ impl BatchContext<'_, '_, '_> {
         // The series budget: the event's new series all fit, after retiring stale ones, or the
         // event is refused.
         let mut new_series: Vec<&str> = Vec::new();
-        for (v, id) in values.iter().zip(&ids) {
-            let live = match id {
-                Some(id) => self.writer.live(machine, *id)?,
-                None => None,
-            };
+        for (v, live) in values.iter().zip(&lives) {
             if live.is_none() && !new_series.contains(&v.series.as_str()) {
                 new_series.push(&v.series);
             }
@@ -465,43 +446,78 @@ impl BatchContext<'_, '_, '_> {
             }
         }
 
+        // The values; another value at one of the event's (series, time) refuses the event and
+        // takes back what it wrote (the stored history stays as it was).
+        let mut ids = Vec::with_capacity(values.len());
+        let mut written: Vec<(u64, i64)> = Vec::new();
         for v in &values {
             let id = self.writer.series_id_or_create(&v.series)?;
             match self.writer.put_sample(id, v.ts_ms, v.value)? {
-                Upsert::New => {
-                    self.stats.samples_new += 1;
+                Upsert::New => written.push((id, v.ts_ms)),
+                Upsert::Identical => {}
+                Upsert::Conflict => {
+                    let stored = self.writer.sample(id, v.ts_ms)?.unwrap_or(f64::NAN);
+                    let detail = format!(
+                        "{} holds {stored} at this time, not {}",
+                        SeriesKey::metric(&v.series),
+                        v.value
+                    );
+                    for (id, ts) in written {
+                        self.writer.remove_sample(id, ts)?;
+                    }
+                    return self.refuse(event, refusal(refusal::CONFLICT, detail), true);
+                }
+            }
+            ids.push(id);
+        }
+        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
+            if written.contains(&(*id, v.ts_ms)) {
+                self.stats.samples_new += 1;
+                if self.remote {
                     self.stored.push(v.clone());
                 }
-                // Checked above: another value cannot be there.
-                Upsert::Identical | Upsert::Conflict => self.stats.samples_identical += 1,
+            } else {
+                self.stats.samples_identical += 1;
             }
-            let mut live = self
-                .writer
-                .live(machine, id)?
-                .unwrap_or(LiveSeries::new(v.ts_ms));
-            live.last_ms = live.last_ms.max(v.ts_ms);
+            let mut next = live.unwrap_or(LiveSeries::new(v.ts_ms));
+            next.last_ms = next.last_ms.max(v.ts_ms);
             if let Some(start) = run_start_ms {
-                let newer_run = start > live.run_start_ms;
-                let later_in_run = start == live.run_start_ms && v.ts_ms >= live.run_last_ms;
+                let newer_run = start > next.run_start_ms;
+                let later_in_run = start == next.run_start_ms && v.ts_ms >= next.run_last_ms;
                 if newer_run || later_in_run {
-                    live.run_start_ms = start;
-                    live.run_last_ms = v.ts_ms;
-                    live.run_last_value = v.value;
+                    next.run_start_ms = start;
+                    next.run_last_ms = v.ts_ms;
+                    next.run_last_value = v.value;
                 }
             }
-            self.writer.set_live(machine, id, live)?;
+            self.writer.set_live(machine, *id, next)?;
         }
         // A baseline goes where nothing else of its series is, between it and its value: there
         // it can only say what the run's own samples agree with. Anything there (another run's
-        // sample stamped after this run's start) leaves the value to the reset rule.
-        for (b, v) in baselines.iter().zip(&values) {
-            let id = self.writer.series_id_or_create(&b.series)?;
-            match self.writer.first_sample_in(id, b.ts_ms, v.ts_ms)? {
+        // sample stamped after this run's start) leaves the value to the reset rule. A later
+        // event of a run already seen found the same there, for less: nothing to read.
+        let Some(b) = baseline else {
+            return Ok(());
+        };
+        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
+            let seen = live.is_some_and(|live| {
+                Some(live.run_start_ms) == run_start_ms && v.ts_ms >= live.run_last_ms
+            });
+            if seen {
+                continue;
+            }
+            match self.writer.first_sample_in(*id, b.ts_ms, v.ts_ms)? {
                 None => {
-                    self.writer.put_sample(id, b.ts_ms, b.value)?;
+                    self.writer.put_sample(*id, b.ts_ms, b.value)?;
                     self.stats.samples_new += 1;
                     self.stats.baselines_new += 1;
-                    self.stored.push(b.clone());
+                    if self.remote {
+                        self.stored.push(Sample {
+                            series: v.series.clone(),
+                            ts_ms: b.ts_ms,
+                            value: b.value,
+                        });
+                    }
                 }
                 Some((t, x)) if t == b.ts_ms && x == b.value => self.stats.samples_identical += 1,
                 Some(_) => self.stats.baselines_skipped += 1,
@@ -632,6 +648,7 @@ fn ingest_batch(
         stats,
         refused: Vec::new(),
         stored: Vec::new(),
+        remote: config.remote_write_max_age.is_some(),
     };
     for event in &batch.events {
         if ranges.contains(event.seq) {

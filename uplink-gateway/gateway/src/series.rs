@@ -19,7 +19,7 @@
 //!   `deadline_misses` of `activations`) exceeds its total, or when an increment event's total is
 //!   zero or below its increment. Nothing of a refused event becomes a sample.
 //! - Every counter value comes with its baseline, where the counter stood before the event
-//!   ([`EventSamples::baselines`]), so the increase rule counts an event from the first: `0` at
+//!   ([`EventSamples::baseline`]), so the increase rule counts an event from the first: `0` at
 //!   the counter's start for the kinds that carry a start time, `total − increment` one
 //!   millisecond before the event for increment events. Both are functions of the event alone,
 //!   so a re-sent or replayed event yields the same baselines.
@@ -58,14 +58,24 @@ pub enum Normalized {
 pub struct EventSamples {
     /// The counter values, at the event time.
     pub values: Vec<Sample>,
-    /// One per value, same series: where the counter stood before the event. `0` at
-    /// `min(start, event time − 1 ms)` for kinds with a start time (a new start is a counter
-    /// restarted from zero); `total − increment` at event time − 1 ms for increment events
-    /// (fallbacks, interventions, safe stops, queue losses), whose series can start at a
-    /// producer's running total (a model switch mid-run). Events without either get none.
-    pub baselines: Vec<Sample>,
+    /// Where each value's counter stood before the event (one for all: an event's counters
+    /// share their start or their increment), a sample of each value's series.
+    pub baseline: Option<Baseline>,
     /// Start time (ms) of the run the values belong to, for kinds that carry one.
     pub run_start_ms: Option<i64>,
+}
+
+/// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
+/// with a start time (a new start is a counter restarted from zero); `total − increment` at
+/// event time − 1 ms for increment events (fallbacks, interventions, safe stops, queue losses),
+/// whose series can start at a producer's running total (a model switch mid-run). Events without
+/// either have none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Baseline {
+    /// Timestamp, ms.
+    pub ts_ms: i64,
+    /// Value.
+    pub value: f64,
 }
 
 /// A counter event refused whole, for the refusal series and the dead letter.
@@ -318,9 +328,9 @@ impl Builder<'_> {
     }
 }
 
-/// How a counter event's baselines are placed (see [`EventSamples::baselines`]).
+/// Where a counter event's counters start (see [`Baseline`]).
 #[derive(Debug, Clone, Copy)]
-enum Baseline {
+enum Origin {
     /// Cumulative since this start time (ns); `0` or less: unknown.
     Start(i64),
     /// An increment event: `total` now, `increment` of it by this event.
@@ -352,7 +362,7 @@ pub fn normalize_event(
     // Pairs of counters the SLO pairs of the names cannot see yet: (part, total) of the deadline
     // fields, checked before they become series.
     let mut extra_pair: Option<(u64, u64)> = None;
-    let baseline = match kind {
+    let origin = match kind {
         event::Kind::DeadlineCounters(c) => {
             let (model, version) = model_labels(c.model.as_ref());
             let loop_name =
@@ -368,7 +378,7 @@ pub fn normalize_event(
             if let (Some(activations), Some(misses)) = (c.activations, c.deadline_misses) {
                 extra_pair = Some((misses, activations));
             }
-            Baseline::Start(c.start_time_unix_ns)
+            Origin::Start(c.start_time_unix_ns)
         }
         event::Kind::SafetyFallback(f) => {
             let (model, version) = model_labels(f.model.as_ref());
@@ -380,7 +390,7 @@ pub fn normalize_event(
                 (label::MODEL_VERSION, version),
             ];
             b.push(metric::SAFETY_FALLBACKS, &labels, f.total as f64);
-            Baseline::Increment {
+            Origin::Increment {
                 total: f.total,
                 increment: f.delta,
             }
@@ -389,7 +399,7 @@ pub fn normalize_event(
             let (model, version) = model_labels(i.model.as_ref());
             let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             b.push(metric::INTERVENTIONS, &labels, i.total as f64);
-            Baseline::Increment {
+            Origin::Increment {
                 total: i.total,
                 increment: i.delta,
             }
@@ -398,7 +408,7 @@ pub fn normalize_event(
             let (model, version) = model_labels(stop.model.as_ref());
             let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             b.push(metric::SAFE_STOPS, &labels, stop.total as f64);
-            Baseline::Increment {
+            Origin::Increment {
                 total: stop.total,
                 increment: stop.delta,
             }
@@ -417,7 +427,7 @@ pub fn normalize_event(
                 ];
                 b.push(metric::THROTTLE_SECONDS, &labels, c.throttled_seconds);
             }
-            Baseline::Start(t.start_time_unix_ns)
+            Origin::Start(t.start_time_unix_ns)
         }
         event::Kind::AutonomySeconds(a) => {
             let (model, version) = model_labels(a.model.as_ref());
@@ -433,7 +443,7 @@ pub fn normalize_event(
                 ];
                 b.push(metric::AUTONOMY_SECONDS, &labels, m.seconds);
             }
-            Baseline::Start(a.start_time_unix_ns)
+            Origin::Start(a.start_time_unix_ns)
         }
         event::Kind::EnergyCounters(e) => {
             let (model, version) = model_labels(e.model.as_ref());
@@ -446,7 +456,7 @@ pub fn normalize_event(
                 ];
                 b.push(metric::ENERGY_JOULES, &labels, r.joules);
             }
-            Baseline::Start(e.start_time_unix_ns)
+            Origin::Start(e.start_time_unix_ns)
         }
         event::Kind::QueueLoss(q) => {
             let labels = [
@@ -457,7 +467,7 @@ pub fn normalize_event(
             // A quarantine adds one incident per store moved aside to the running total, not
             // its records (`count`).
             let quarantined = q.cause == v1::LossCause::Quarantined as i32;
-            Baseline::Increment {
+            Origin::Increment {
                 total: q.total,
                 increment: if quarantined { 1 } else { q.count },
             }
@@ -499,7 +509,7 @@ pub fn normalize_event(
         let detail = format!("{} is {}", split_key(&bad.series).0, bad.value);
         return refuse(refusal::BAD_VALUE, ts_ms, detail, &b.values);
     }
-    if let Baseline::Start(start_ns) = baseline
+    if let Origin::Start(start_ns) = origin
         && start_ns > event.event_time_unix_ns
     {
         let detail = "the counters start after their own event".to_owned();
@@ -533,37 +543,28 @@ pub fn normalize_event(
         let detail = format!("deadline_misses {part} above activations {total}");
         return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
     }
-    let mut samples = EventSamples {
-        baselines: Vec::with_capacity(b.values.len()),
-        ..EventSamples::default()
-    };
-    match baseline {
-        Baseline::Increment { total, increment } => {
+    let mut samples = EventSamples::default();
+    match origin {
+        Origin::Increment { total, increment } => {
             if total == 0 || increment > total {
                 let detail = format!("total {total} with an increment of {increment}");
                 return refuse(refusal::INCREMENT_INCONSISTENT, ts_ms, detail, &b.values);
             }
-            for value in &b.values {
-                samples.baselines.push(Sample {
-                    series: value.series.clone(),
-                    ts_ms: ts_ms - 1,
-                    value: (total - increment) as f64,
-                });
-            }
+            samples.baseline = Some(Baseline {
+                ts_ms: ts_ms - 1,
+                value: (total - increment) as f64,
+            });
         }
-        Baseline::Start(start_ns) => {
+        Origin::Start(start_ns) => {
             let start_ms = ns_to_ms(start_ns);
             // A start at or before the epoch is no start: nothing is known of where the
             // counter stood before its first sample.
             if start_ms > 0 {
                 samples.run_start_ms = Some(start_ms);
-                for value in &b.values {
-                    samples.baselines.push(Sample {
-                        series: value.series.clone(),
-                        ts_ms: start_ms.min(ts_ms - 1),
-                        value: 0.0,
-                    });
-                }
+                samples.baseline = Some(Baseline {
+                    ts_ms: start_ms.min(ts_ms - 1),
+                    value: 0.0,
+                });
             }
         }
     }
@@ -676,25 +677,22 @@ mod tests {
             samples.run_start_ms,
             Some((time - 60_000_000_000) / 1_000_000)
         );
-        assert_eq!(samples.baselines.len(), 3);
-        for (value, baseline) in samples.values.iter().zip(&samples.baselines) {
-            assert_eq!(baseline.series, value.series);
-            assert_eq!(baseline.ts_ms, samples.run_start_ms.unwrap());
-            assert_eq!(baseline.value, 0.0);
-        }
+        let baseline = samples.baseline.unwrap();
+        assert_eq!(baseline.ts_ms, samples.run_start_ms.unwrap());
+        assert_eq!(baseline.value, 0.0);
         // Started in the event's own millisecond: the zero goes one millisecond before it.
         if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
             c.start_time_unix_ns = time;
         }
         assert_eq!(
-            counted(&event, ARRIVAL, 0).baselines[0].ts_ms,
+            counted(&event, ARRIVAL, 0).baseline.unwrap().ts_ms,
             time / 1_000_000 - 1
         );
         // No start: nothing is known of where the counter stood.
         if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
             c.start_time_unix_ns = 0;
         }
-        assert!(counted(&event, ARRIVAL, 0).baselines.is_empty());
+        assert!(counted(&event, ARRIVAL, 0).baseline.is_none());
     }
 
     #[test]
@@ -711,8 +709,8 @@ mod tests {
         };
         let samples = counted(&event, ARRIVAL, 0);
         assert_eq!(samples.values[0].value, 7.0);
-        assert_eq!(samples.baselines[0].value, 5.0);
-        assert_eq!(samples.baselines[0].ts_ms, samples.values[0].ts_ms - 1);
+        assert_eq!(samples.baseline.unwrap().value, 5.0);
+        assert_eq!(samples.baseline.unwrap().ts_ms, samples.values[0].ts_ms - 1);
         assert_eq!(samples.run_start_ms, None);
         // A total that cannot hold its increment, or none at all (an individually submitted
         // event), cannot be placed in a cumulative series.

@@ -668,6 +668,13 @@ impl Writer<'_> {
         }
     }
 
+    /// Removes a sample written in this transaction (an event refused after part of it was
+    /// written).
+    pub fn remove_sample(&mut self, id: u64, ts_ms: i64) -> Result<(), StoreError> {
+        self.samples.remove((id, ts_ms))?;
+        Ok(())
+    }
+
     /// The live state of a machine's series; `None` when it is not live (never admitted, or
     /// retired).
     pub fn live(&mut self, machine: &str, id: u64) -> Result<Option<LiveSeries>, StoreError> {
