@@ -731,6 +731,27 @@ mod tests {
     }
 
     #[test]
+    fn both_counters_of_every_slo_pair_come_from_one_event() {
+        // Machine pairs come from one event, so admitting an event whole admits both; the
+        // gateway's own pair (freshness) is written in one step by the ingest path.
+        let samples = counted(&counters(ARRIVAL, "planner"), ARRIVAL, 0);
+        let metrics: Vec<&str> = samples
+            .values
+            .iter()
+            .map(|s| split_key(&s.series).0)
+            .collect();
+        for (total, part) in SLO_PAIRS {
+            if total.starts_with(metric::GATEWAY_PREFIX) {
+                continue;
+            }
+            assert!(
+                metrics.contains(&total) && metrics.contains(&part),
+                "{total}, {part}"
+            );
+        }
+    }
+
+    #[test]
     fn more_misses_than_cycles_refuses_the_whole_event() {
         let event = with_counts(counters(ARRIVAL, "planner"), 100, 101);
         let r = refused(&event, ARRIVAL, 0);

@@ -274,6 +274,31 @@ fn a_baseline_is_skipped_where_another_runs_sample_lies_between_it_and_its_value
 }
 
 #[test]
+fn the_same_events_replayed_under_another_queue_epoch_write_nothing_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ingestor = open_ingestor(dir.path(), 100, Duration::from_secs(3600));
+    let events = || {
+        vec![
+            counters(1, 10, "safety", "1.0", 5, 1_000, 10),
+            counters(2, 20, "safety", "1.0", 5, 2_000, 12),
+        ]
+    };
+    let first = deliver(&mut ingestor, &[slo_batch("m", events())]);
+    assert_eq!(
+        first.stats.baselines_new, 3,
+        "cycles, misses, skipped from 0"
+    );
+    // A recreated queue re-sends them with new sequence numbers: de-duplication cannot tell,
+    // and every sample, baselines included, is an identical no-op.
+    let mut replay = slo_batch("m", events());
+    replay.agent_epoch = 2;
+    let again = deliver(&mut ingestor, &[replay]);
+    assert_eq!(again.stats.events_new, 2);
+    assert_eq!(again.stats.samples_new, 0);
+    assert_eq!(again.stats.events_refused.iter().sum::<u64>(), 0);
+}
+
+#[test]
 fn refusals_of_one_series_at_one_time_arriving_apart_are_all_counted() {
     let dir = tempfile::tempdir().unwrap();
     let mut ingestor = open_ingestor(dir.path(), 100, Duration::from_secs(3600));
