@@ -375,6 +375,7 @@ impl BatchContext<'_, '_, '_> {
             values,
             baseline,
             run_start_ms,
+            ..
         } = samples;
         let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
             return Ok(());
@@ -660,15 +661,24 @@ fn ingest_batch(
             Normalized::NotCounter => {}
             Normalized::Refused(refusal) => cx.refuse(event, refusal, true)?,
             Normalized::Counted(samples) if strict.is_none() => {
+                let mut series: Vec<String> =
+                    samples.values.iter().map(|v| v.series.clone()).collect();
+                series.extend(samples.refused_entries);
                 let refusal = Refusal {
                     reason: refusal::BAD_LABEL,
-                    ts_ms: samples.values.first().map_or(0, |v| v.ts_ms),
-                    series: samples.values.iter().map(|v| v.series.clone()).collect(),
+                    ts_ms: series::ns_to_ms(event.event_time_unix_ns),
+                    series,
                     detail: "the batch's machine class is not an id".to_owned(),
                 };
                 cx.refuse(event, refusal, true)?;
             }
-            Normalized::Counted(samples) => cx.admit(event, samples)?,
+            Normalized::Counted(mut samples) => {
+                let ts_ms = series::ns_to_ms(event.event_time_unix_ns);
+                for key in std::mem::take(&mut samples.refused_entries) {
+                    cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
+                }
+                cx.admit(event, samples)?;
+            }
         }
         if is_safety {
             cx.state.safety_received += 1;

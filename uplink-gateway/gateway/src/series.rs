@@ -9,8 +9,9 @@
 //! Invariants:
 //! - Only the labels of the contract are produced: base labels (`machine_id`, `site`,
 //!   `machine_class`) plus the metric's own; never ids, sequence numbers, timestamps or free text.
-//!   A label value that is not a short id-like string (see [`label_value`]) refuses the event, so
-//!   a hostile agent cannot mint series with arbitrary text.
+//!   A label value that is not a short id-like string (see [`label_value`]) refuses the event
+//!   (or, for one entry of a multi-entry event, that entry alone), so a hostile agent cannot
+//!   mint series with arbitrary text.
 //! - A series key is canonical: `metric{name="value",...}` with label names sorted, so equal
 //!   series always have equal keys, byte for byte.
 //! - A counter event is refused whole when its time is not sane (at or before the Unix epoch,
@@ -63,6 +64,9 @@ pub struct EventSamples {
     pub baseline: Option<Baseline>,
     /// Start time (ms) of the run the values belong to, for kinds that carry one.
     pub run_start_ms: Option<i64>,
+    /// Entries refused alone (`bad_label`): a component, mode or rail this gateway cannot label,
+    /// as the series key it would have had, with `unknown` for that label.
+    pub refused_entries: Vec<String>,
 }
 
 /// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
@@ -85,8 +89,8 @@ pub struct Refusal {
     pub reason: &'static str,
     /// When (ms): the event time, or the arrival when the event time is what was wrong.
     pub ts_ms: i64,
-    /// The series the event would have written, with its valid labels only (`unknown` for a
-    /// model that is not valid; other invalid labels left out).
+    /// The series the event would have written, with `unknown` for each label value that is
+    /// not valid.
     pub series: Vec<String>,
     /// What was wrong, for the dead letter.
     pub detail: String,
@@ -292,39 +296,56 @@ pub fn ns_to_ms(ns: i64) -> i64 {
     ns.div_euclid(1_000_000)
 }
 
-/// The samples of one event being built: keys with their valid labels only, and whether any
-/// label was not valid.
+/// The samples of one event being built: keys with `unknown` in place of a value that is not a
+/// valid label, whether such a value was one of the event's own labels, and the entries refused
+/// alone.
 struct Builder<'a> {
     base: &'a BaseLabels<'a>,
     values: Vec<Sample>,
     ts_ms: i64,
     bad_label: bool,
+    refused_entries: Vec<String>,
+}
+
+/// `labels` with `unknown` for each value that is not a valid label (`None`).
+fn or_unknown<'a>(labels: &[(&'a str, Option<&'a str>)]) -> Vec<(&'a str, &'a str)> {
+    labels
+        .iter()
+        .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
+        .collect()
 }
 
 impl Builder<'_> {
-    /// Adds `metric` with `labels` (`None`: a value that is not a valid label) at the event time.
+    /// Adds `metric` with the event's `labels` (`None`: a value that is not a valid label, which
+    /// refuses the event) at the event time.
     fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
-        let mut valid: Vec<(&str, &str)> = Vec::with_capacity(labels.len());
-        for (name, v) in labels {
-            match (v, *name) {
-                (Some(v), _) => valid.push((name, v)),
-                (None, label::MODEL | label::MODEL_VERSION) => {
-                    self.bad_label = true;
-                    valid.push((name, value::UNKNOWN));
-                }
-                (None, _) => self.bad_label = true,
-            }
-        }
+        self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
         self.values.push(Sample {
-            series: self.base.key(metric, &valid),
+            series: self.base.key(metric, &or_unknown(labels)),
             ts_ms: self.ts_ms,
             value,
         });
     }
 
-    /// A label that is not valid for an entry (an unknown enum value) and no series for it.
-    fn bad_entry(&mut self) {
-        self.bad_label = true;
+    /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
+    /// label is not valid (an enum value this gateway does not know, a rail that is not an id)
+    /// is refused alone, and the rest of the event stands.
+    fn push_entry(
+        &mut self,
+        metric: &str,
+        entry: (&str, Option<&str>),
+        labels: &[(&str, Option<&str>)],
+        value: f64,
+    ) {
+        let mut all = Vec::with_capacity(labels.len() + 1);
+        all.push(entry);
+        all.extend_from_slice(labels);
+        match entry.1 {
+            Some(_) => self.push(metric, &all, value),
+            None => self
+                .refused_entries
+                .push(self.base.key(metric, &or_unknown(&all))),
+        }
     }
 }
 
@@ -358,6 +379,7 @@ pub fn normalize_event(
         values: Vec::new(),
         ts_ms,
         bad_label: false,
+        refused_entries: Vec::new(),
     };
     // Pairs of counters the SLO pairs of the names cannot see yet: (part, total) of the deadline
     // fields, checked before they become series.
@@ -415,46 +437,38 @@ pub fn normalize_event(
         }
         event::Kind::ThrottleCounters(t) => {
             let (model, version) = model_labels(t.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for c in &t.components {
-                let Some(component) = component_label(c.component) else {
-                    b.bad_entry();
-                    continue;
-                };
-                let labels = [
-                    (label::COMPONENT, Some(component)),
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
-                ];
-                b.push(metric::THROTTLE_SECONDS, &labels, c.throttled_seconds);
+                let component = (label::COMPONENT, component_label(c.component));
+                b.push_entry(
+                    metric::THROTTLE_SECONDS,
+                    component,
+                    &labels,
+                    c.throttled_seconds,
+                );
             }
             Origin::Start(t.start_time_unix_ns)
         }
         event::Kind::AutonomySeconds(a) => {
             let (model, version) = model_labels(a.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for m in &a.modes {
-                let Some(mode) = mode_label(m.mode) else {
-                    b.bad_entry();
-                    continue;
-                };
-                let labels = [
-                    (label::MODE, Some(mode)),
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
-                ];
-                b.push(metric::AUTONOMY_SECONDS, &labels, m.seconds);
+                let mode = (label::MODE, mode_label(m.mode));
+                b.push_entry(metric::AUTONOMY_SECONDS, mode, &labels, m.seconds);
             }
             Origin::Start(a.start_time_unix_ns)
         }
         event::Kind::EnergyCounters(e) => {
             let (model, version) = model_labels(e.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for r in &e.rails {
                 let rail = label_value(&r.rail).filter(|rail| *rail != value::UNKNOWN);
-                let labels = [
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
+                b.push_entry(
+                    metric::ENERGY_JOULES,
                     (label::RAIL, rail),
-                ];
-                b.push(metric::ENERGY_JOULES, &labels, r.joules);
+                    &labels,
+                    r.joules,
+                );
             }
             Origin::Start(e.start_time_unix_ns)
         }
@@ -476,6 +490,7 @@ pub fn normalize_event(
     };
     let refuse = |reason: &'static str, ts_ms: i64, detail: String, values: &[Sample]| {
         let mut series: Vec<String> = values.iter().map(|s| s.series.clone()).collect();
+        series.extend(b.refused_entries.iter().cloned());
         series.dedup();
         Normalized::Refused(Refusal {
             reason,
@@ -569,6 +584,7 @@ pub fn normalize_event(
         }
     }
     samples.values = b.values;
+    samples.refused_entries = b.refused_entries;
     Normalized::Counted(samples)
 }
 
@@ -786,8 +802,8 @@ mod tests {
         let text = refused(&counters(ARRIVAL, "a loop with spaces"), ARRIVAL, 0);
         assert_eq!(text.reason, refusal::BAD_LABEL);
         assert!(
-            !text.series[0].contains("loop="),
-            "the invalid label is left out: {}",
+            text.series[0].contains("loop=\"unknown\""),
+            "the invalid label is unknown: {}",
             text.series[0]
         );
         assert!(text.series[0].contains("model_version=\"4.2.1\""));
@@ -803,7 +819,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_mode_or_a_nan_value_refuses_the_event_whole() {
+    fn an_unknown_mode_is_refused_alone_and_a_nan_value_refuses_the_event_whole() {
         let event = |modes: Vec<ModeSeconds>| Event {
             seq: 2,
             event_time_unix_ns: ARRIVAL,
@@ -829,13 +845,14 @@ mod tests {
             mode: 2,
             seconds: f64::NAN,
         };
-        assert_eq!(
-            refused(&event(vec![autonomous, unknown_mode]), ARRIVAL, 0).reason,
-            refusal::BAD_LABEL
-        );
-        let r = refused(&event(vec![autonomous, nan]), ARRIVAL, 0);
+        // A mode this gateway does not know (a later agent's) costs that entry, not the others.
+        let partial = counted(&event(vec![autonomous, unknown_mode]), ARRIVAL, 0);
+        assert_eq!(partial.values.len(), 1);
+        assert_eq!(partial.refused_entries.len(), 1);
+        assert!(partial.refused_entries[0].contains("mode=\"unknown\""));
+        let r = refused(&event(vec![autonomous, nan, unknown_mode]), ARRIVAL, 0);
         assert_eq!(r.reason, refusal::BAD_VALUE);
-        assert_eq!(r.series.len(), 2);
+        assert_eq!(r.series.len(), 3, "the refused entry among them");
     }
 
     #[test]

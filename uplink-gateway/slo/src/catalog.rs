@@ -384,8 +384,8 @@ impl Selector {
 
     /// Whether a refusal series ([`metric::REFUSED_SAMPLES`]) is about a series this selector
     /// matches: it names this metric, and it either carries the matcher's label with a selected
-    /// value or does not carry it at all (the label was not valid, or the machine's refusals
-    /// are folded), which counts, so a refusal is never lost for want of a label.
+    /// value or does not carry it at all (the machine's refusals are folded), which counts, so
+    /// a refusal is never lost for want of a label.
     pub fn matches_refusal(&self, refusal: &Series) -> bool {
         refusal.metric() == metric::REFUSED_SAMPLES
             && refusal.label(label::SERIES) == self.metric
