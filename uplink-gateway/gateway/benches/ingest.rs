@@ -32,6 +32,9 @@ fn payloads() -> Vec<(String, Vec<u8>)> {
                 .map(|i| {
                     let seq = 1 + b * EVENTS_PER_BATCH + i;
                     let time = ARRIVAL - 86_400_000_000_000 + seq as i64 * 10_000_000_000;
+                    // Every series runs from this start, as an agent's do: the first event of
+                    // each writes its baseline, the others find it.
+                    let start = ARRIVAL - 2 * 86_400_000_000_000;
                     let model = Some(ModelVersion {
                         name: "haul-perception".into(),
                         version: "4.2.1".into(),
@@ -44,13 +47,14 @@ fn payloads() -> Vec<(String, Vec<u8>)> {
                                 loop_name: "safety".into(),
                             }),
                             model,
+                            start_time_unix_ns: start,
                             cycles: 250 * seq,
                             misses: seq / 100,
                             ..Default::default()
                         })
                     } else {
                         event::Kind::EnergyCounters(EnergyCounters {
-                            start_time_unix_ns: 1,
+                            start_time_unix_ns: start,
                             rails: vec![
                                 RailEnergy {
                                     rail: "VDD_GPU_SOC".into(),

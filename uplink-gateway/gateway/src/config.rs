@@ -41,8 +41,15 @@ pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_RECONNECT_GAP: Duration = Duration::from_secs(10 * 60);
 /// Freshness limit of safety events (docs/series.md).
 pub const DEFAULT_FRESHNESS_LIMIT: Duration = Duration::from_secs(24 * 3600);
-/// Series budget per machine (docs/series.md: 40 with two live models and three loops).
-pub const DEFAULT_MAX_SERIES_PER_MACHINE: u32 = 40;
+/// Series budget per machine, from the table of `docs/series.md` ("Budget"): a model version
+/// with three loops owns 27 series, two live versions 54, queue losses at most 21, so 75 are
+/// needed; the margin of one more version (27) covers a version rolled out within
+/// `series_retire_after` of the previous one.
+pub const DEFAULT_MAX_SERIES_PER_MACHINE: u32 = 2 * 27 + 21 + 27;
+/// A series not written for this long (in the machine's event time) retires and frees its place
+/// in the budget: a model version switched away from is gone an hour later, while every live
+/// series is written every few seconds.
+pub const DEFAULT_SERIES_RETIRE_AFTER: Duration = Duration::from_secs(3600);
 /// Sequence ranges kept per (machine, epoch, tier) before the oldest holes are closed.
 pub const DEFAULT_MAX_RANGES_PER_STREAM: u32 = 64;
 /// Queue epochs remembered per (machine, tier); an agent gets a new one only when its queue is
@@ -95,6 +102,10 @@ pub const RECONNECT_GAP: DurationKey =
 /// `ingest.freshness_limit`: 0 to a year.
 pub const FRESHNESS_LIMIT: DurationKey =
     DurationKey::new("ingest.freshness_limit", Duration::ZERO, YEAR);
+/// `ingest.series_retire_after`: a second (every sample keeps its series only that long) to a
+/// year (series never retire in practice).
+pub const SERIES_RETIRE_AFTER: DurationKey =
+    DurationKey::new("ingest.series_retire_after", Duration::from_secs(1), YEAR);
 /// `dedup.retention`: 0 to ten years.
 pub const DEDUP_RETENTION: DurationKey =
     DurationKey::new("dedup.retention", Duration::ZERO, DECADE);
@@ -120,13 +131,14 @@ pub const RW_MAX_BACKOFF: DurationKey = DurationKey::new(
     Duration::from_secs(86_400),
 );
 /// The duration keys of the gateway's own tables.
-const OWN_DURATION_KEYS: [DurationKey; 11] = [
+const OWN_DURATION_KEYS: [DurationKey; 12] = [
     KEEP_ALIVE,
     SESSION_EXPIRY,
     MAX_FUTURE_SKEW,
     MAX_CLOCK_SKEW,
     RECONNECT_GAP,
     FRESHNESS_LIMIT,
+    SERIES_RETIRE_AFTER,
     DEDUP_RETENTION,
     RW_TIMEOUT,
     RW_MAX_SAMPLE_AGE,
@@ -228,6 +240,8 @@ pub struct RawIngestConfig {
     pub freshness_limit: Option<String>,
     /// Series budget per machine.
     pub max_series_per_machine: Option<u32>,
+    /// e.g. "1h".
+    pub series_retire_after: Option<String>,
 }
 
 /// `[dedup]` as written (validated into [`IngestConfig`]).
@@ -370,8 +384,10 @@ pub struct IngestConfig {
     pub reconnect_gap: Duration,
     /// Freshness limit of safety events.
     pub freshness_limit: Duration,
-    /// Series budget per machine.
+    /// Series budget per machine: live series at once.
     pub max_series_per_machine: u32,
+    /// A series not written for this long, in its machine's event time, retires.
+    pub series_retire_after: Duration,
     /// Ranges kept per dedup stream.
     pub max_ranges_per_stream: u32,
     /// Epochs kept per (machine, tier).
@@ -390,6 +406,7 @@ impl Default for IngestConfig {
             reconnect_gap: DEFAULT_RECONNECT_GAP,
             freshness_limit: DEFAULT_FRESHNESS_LIMIT,
             max_series_per_machine: DEFAULT_MAX_SERIES_PER_MACHINE,
+            series_retire_after: DEFAULT_SERIES_RETIRE_AFTER,
             max_ranges_per_stream: DEFAULT_MAX_RANGES_PER_STREAM,
             max_epochs_per_stream: DEFAULT_MAX_EPOCHS_PER_STREAM,
             dedup_retention: DEFAULT_DEDUP_RETENTION,
@@ -665,6 +682,11 @@ impl Config {
                 DEFAULT_FRESHNESS_LIMIT,
             )?,
             max_series_per_machine,
+            series_retire_after: duration(
+                &SERIES_RETIRE_AFTER,
+                ingest.series_retire_after.as_ref(),
+                DEFAULT_SERIES_RETIRE_AFTER,
+            )?,
             max_ranges_per_stream,
             max_epochs_per_stream,
             dedup_retention: duration(

@@ -1,29 +1,64 @@
-//! The ingest path: a group of MQTT messages → validate → de-duplicate → normalize → one store
-//! transaction. No network and no clock: arrival time is an argument, and the caller acknowledges
-//! the messages to the broker only after [`Ingestor::ingest`] returned `Ok`.
+//! The ingest path: a group of MQTT messages → validate → de-duplicate → normalize → admit →
+//! one store transaction. No network and no clock: arrival time is an argument, and the caller
+//! acknowledges the messages to the broker only after [`Ingestor::ingest`] returned `Ok`.
+//!
+//! ```text
+//! event ─► normalize (series.rs: labels, times, values, SLO pairs, increments; baselines)
+//!            │ refused ─────────────────────────────┐
+//!            ▼                                       │
+//!          conflicts ─► same run never decreases ─► series budget (retire, then admit)
+//!            │ refused            │ refused            │ refused
+//!            ▼                    ▼                    ▼
+//!          values + baselines   dead letter (not for the budget) + refusal series, per
+//!          stored, series live  refused sample, at the sample's time
+//! ```
 //!
 //! Invariants:
 //! - Every message of a group ends in exactly one [`Outcome`], and all their effects (samples,
-//!   de-duplication ranges, machine state, dead letters, remote-write outbox) commit atomically or
-//!   not at all. `Err` means nothing was committed and nothing may be acknowledged.
+//!   live series, de-duplication ranges, machine state, dead letters, remote-write outbox)
+//!   commit atomically or not at all. `Err` means nothing was committed and nothing may be
+//!   acknowledged.
 //! - A batch's events whose `(machine, epoch, tier, seq)` was already committed produce nothing;
 //!   the batch's whole `first_seq..=last_seq` is then marked received (gaps inside a batch are
-//!   records lost on the machine, see `docs/wire-protocol.md`).
+//!   records lost on the machine, see `docs/wire-protocol.md`). So a redelivered or replayed
+//!   event is never refused, admitted or counted twice, and writes no second baseline.
+//! - A counter event is stored whole or refused whole: its values and baselines, with both
+//!   series of every SLO pair, are admitted together or not at all. A refused event is
+//!   dead-lettered with its reason (except when only the series budget refused it) and every
+//!   sample it would have written is counted in `edgewatch_refused_samples_total` (labels of
+//!   the refused series, its name, the reason), written to both sinks: refused data is never
+//!   silently absent from a report.
+//! - A machine has at most `max_series_per_machine` live series. When one more is needed, the
+//!   series not written for `series_retire_after` in the machine's event time (against its
+//!   newest event time, so a replayed backlog retires the same series whenever it arrives)
+//!   retire first; they keep their samples and are admitted again when written again.
 //! - A refused message is stored as a dead letter with its reason, never dropped silently.
 //! - When remote-write is configured, every sample newly stored (and young enough for the sink's
 //!   out-of-order window) is queued in the outbox in the same transaction, one request per machine.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use edgewatch_proto::framing::{BatchDecoder, DecodeError};
-use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
-use edgewatch_slo::names::metric;
+use edgewatch_proto::v1::{Batch, Event, MachineStatus, Tier};
+use edgewatch_slo::names::{label, metric, refusal, value};
 use prost::Message as _;
 
 use crate::config::IngestConfig;
 use crate::dedup::{stream_key, stream_prefix};
 use crate::remote_write::build_request;
-use crate::series::{self, BaseLabels, NormalizeStats, Sample};
-use crate::store::{DeadLetter, DeadLetterSource, Store, StoreError, Upsert, Writer};
+use crate::series::{self, BaseLabels, EventSamples, Normalized, Refusal, Sample, SeriesKey};
+use crate::store::{
+    DeadLetter, DeadLetterSource, LiveSeries, MachineState, Store, StoreError, Upsert, Writer,
+};
 use crate::validate::{Rejection, Valid, validate};
+
+/// Refusal series a machine may own with the labels of the series they are about; beyond it a
+/// refusal keeps only the base labels, its reason and series name (model `unknown`), so a
+/// machine cannot mint series through its refusals.
+pub const MAX_REFUSAL_SERIES_PER_MACHINE: u64 = 64;
+/// How far (ms) a refusal may move later than its time to find two free milliseconds for its
+/// pair of samples: refusals of one series at one millisecond arriving apart.
+const REFUSAL_SLOT_SEARCH_MS: i64 = 1_000;
 
 /// One MQTT message handed to the ingest path.
 #[derive(Debug, Clone, Copy)]
@@ -72,16 +107,24 @@ pub struct IngestStats {
     pub reconnects: u64,
     /// Batches whose `sent_time` differs from arrival by more than the allowed clock skew.
     pub clock_skew_batches: u64,
-    /// What normalization dropped.
-    pub normalize: NormalizeStats,
-    /// Samples stored.
+    /// Counter events refused, per `names::refusal::REASONS` index.
+    pub events_refused: [u64; refusal::REASONS.len()],
+    /// Samples refused (what the refused events would have written), per reason index.
+    pub samples_refused: [u64; refusal::REASONS.len()],
+    /// Samples stored (values, baselines, the gateway's own and refusal series).
     pub samples_new: u64,
     /// Samples already stored with the same value.
     pub samples_identical: u64,
-    /// Samples refused: another value exists at that (series, timestamp).
-    pub samples_conflicting: u64,
-    /// Samples refused by the per-machine series budget.
-    pub samples_over_budget: u64,
+    /// Baselines stored (of `samples_new`).
+    pub baselines_new: u64,
+    /// Baselines not written because the series holds another sample between the baseline's
+    /// time and its value's (another run, or a sample a millisecond before).
+    pub baselines_skipped: u64,
+    /// Series retired to make room in a machine's budget.
+    pub series_retired: u64,
+    /// Refusals that found no free millisecond for their pair of samples (not counted in the
+    /// refusal series; a warning names them).
+    pub refusals_unplaced: u64,
     /// Sequence numbers treated as received when bounding de-duplication ranges.
     pub dedup_holes_closed: u64,
     /// De-duplication streams dropped for the per-(machine, tier) epoch bound.
@@ -96,6 +139,26 @@ pub struct IngestStats {
     pub dead_letters_dropped: u64,
     /// Samples stored but too old for the remote-write sink's window.
     pub samples_too_old_for_remote_write: u64,
+}
+
+impl IngestStats {
+    /// Counter events refused for `reason` (one of `names::refusal::REASONS`).
+    pub fn events_refused_for(&self, reason: &str) -> u64 {
+        self.events_refused[reason_index(reason)]
+    }
+
+    /// Samples refused for `reason`.
+    pub fn samples_refused_for(&self, reason: &str) -> u64 {
+        self.samples_refused[reason_index(reason)]
+    }
+}
+
+/// Index of a refusal reason in `names::refusal::REASONS`.
+fn reason_index(reason: &str) -> usize {
+    refusal::REASONS
+        .iter()
+        .position(|r| *r == reason)
+        .unwrap_or(0)
 }
 
 /// Result of one committed ingest call.
@@ -154,6 +217,7 @@ impl Ingestor {
                         writer,
                         config,
                         &batch,
+                        message.topic,
                         arrival_ns,
                         &mut report.stats,
                         &mut remote,
@@ -247,10 +311,305 @@ fn ingest_status(
     writer.machine_put(&status.machine_id, &state)
 }
 
+/// What one batch's events share while they are admitted: the store, the machine and its state,
+/// and what the batch refused and stored so far.
+struct BatchContext<'b, 'w, 'txn> {
+    writer: &'w mut Writer<'txn>,
+    config: &'b IngestConfig,
+    batch: &'b Batch,
+    topic: &'b str,
+    arrival_ns: i64,
+    state: MachineState,
+    stats: &'b mut IngestStats,
+    /// (refused series key, reason, time ms), one per refused sample.
+    refused: Vec<(String, &'static str, i64)>,
+    /// Samples newly stored, for remote-write.
+    stored: Vec<Sample>,
+    /// Whether there is a remote-write sink to keep them for.
+    remote: bool,
+}
+
+impl BatchContext<'_, '_, '_> {
+    /// Refuses one event: counted, dead-lettered (unless `dead_letter` is false), and each
+    /// sample it would have written noted for the refusal series.
+    fn refuse(
+        &mut self,
+        event: &Event,
+        refusal: Refusal,
+        dead_letter: bool,
+    ) -> Result<(), StoreError> {
+        let Refusal {
+            reason,
+            ts_ms,
+            series,
+            detail,
+        } = refusal;
+        self.stats.events_refused[reason_index(reason)] += 1;
+        tracing::warn!(
+            machine = %self.batch.machine_id,
+            seq = event.seq,
+            reason,
+            %detail,
+            "Counter event refused; counted as refused samples."
+        );
+        if dead_letter {
+            let payload = event.encode_to_vec();
+            self.stats.dead_letters_dropped += self.writer.dead_letter(&DeadLetter {
+                arrival_ns: self.arrival_ns,
+                source: DeadLetterSource::Event,
+                reason: format!("{reason}: {detail}"),
+                topic: self.topic.to_owned(),
+                payload_len: payload.len() as u64,
+                payload,
+            })?;
+        }
+        self.refused
+            .extend(series.into_iter().map(|key| (key, reason, ts_ms)));
+        Ok(())
+    }
+
+    /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
+    /// the series budget, a conflict).
+    fn admit(&mut self, event: &Event, samples: EventSamples) -> Result<(), StoreError> {
+        let EventSamples {
+            values,
+            baseline,
+            run_start_ms,
+            ..
+        } = samples;
+        let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
+            return Ok(());
+        };
+        let machine = self.batch.machine_id.as_str();
+        self.state.newest_event_ms = self.state.newest_event_ms.max(ts_ms);
+        let keys = || values.iter().map(|v| v.series.clone()).collect::<Vec<_>>();
+        let refusal = |reason, detail| Refusal {
+            reason,
+            ts_ms,
+            series: keys(),
+            detail,
+        };
+        let mut lives = Vec::with_capacity(values.len());
+        for v in &values {
+            let live = match self.writer.series_id(&v.series)? {
+                Some(id) => self.writer.live(machine, id)?,
+                None => None,
+            };
+            lives.push(live);
+        }
+
+        // Within one run (one start time) a counter never goes down.
+        if let Some(start) = run_start_ms {
+            for (v, live) in values.iter().zip(&lives) {
+                let Some(live) = live.filter(|live| live.run_start_ms == start) else {
+                    continue;
+                };
+                let decreased = (v.ts_ms > live.run_last_ms && v.value < live.run_last_value)
+                    || (v.ts_ms < live.run_last_ms && v.value > live.run_last_value);
+                if decreased {
+                    let detail = format!(
+                        "{} {} at {} ms, {} at {} ms in the same run",
+                        SeriesKey::metric(&v.series),
+                        v.value,
+                        v.ts_ms,
+                        live.run_last_value,
+                        live.run_last_ms
+                    );
+                    return self.refuse(event, refusal(refusal::COUNTER_DECREASED, detail), true);
+                }
+            }
+        }
+
+        // The series budget: the event's new series all fit, after retiring stale ones, or the
+        // event is refused.
+        let mut new_series: Vec<&str> = Vec::new();
+        for (v, live) in values.iter().zip(&lives) {
+            if live.is_none() && !new_series.contains(&v.series.as_str()) {
+                new_series.push(&v.series);
+            }
+        }
+        if !new_series.is_empty() {
+            let needed = new_series.len() as u64;
+            let budget = u64::from(self.config.max_series_per_machine);
+            let mut live = self.writer.live_count(machine)?;
+            if live + needed > budget {
+                let cutoff = self
+                    .state
+                    .newest_event_ms
+                    .saturating_sub(ms(self.config.series_retire_after));
+                self.stats.series_retired += self.writer.retire_before(machine, cutoff)?;
+                live = self.writer.live_count(machine)?;
+            }
+            if live + needed > budget {
+                let detail =
+                    format!("{needed} new series for a machine with {live} of {budget} live");
+                return self.refuse(event, refusal(refusal::SERIES_BUDGET, detail), false);
+            }
+        }
+
+        // The values; another value at one of the event's (series, time) refuses the event and
+        // takes back what it wrote (the stored history stays as it was).
+        let mut ids = Vec::with_capacity(values.len());
+        let mut written: Vec<(u64, i64)> = Vec::new();
+        for v in &values {
+            let id = self.writer.series_id_or_create(&v.series)?;
+            match self.writer.put_sample(id, v.ts_ms, v.value)? {
+                Upsert::New => written.push((id, v.ts_ms)),
+                Upsert::Identical => {}
+                Upsert::Conflict => {
+                    let stored = self.writer.sample(id, v.ts_ms)?.unwrap_or(f64::NAN);
+                    let detail = format!(
+                        "{} holds {stored} at this time, not {}",
+                        SeriesKey::metric(&v.series),
+                        v.value
+                    );
+                    for (id, ts) in written {
+                        self.writer.remove_sample(id, ts)?;
+                    }
+                    return self.refuse(event, refusal(refusal::CONFLICT, detail), true);
+                }
+            }
+            ids.push(id);
+        }
+        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
+            if written.contains(&(*id, v.ts_ms)) {
+                self.stats.samples_new += 1;
+                if self.remote {
+                    self.stored.push(v.clone());
+                }
+            } else {
+                self.stats.samples_identical += 1;
+            }
+            let mut next = live.unwrap_or(LiveSeries::new(v.ts_ms));
+            next.last_ms = next.last_ms.max(v.ts_ms);
+            if let Some(start) = run_start_ms {
+                let newer_run = start > next.run_start_ms;
+                let later_in_run = start == next.run_start_ms && v.ts_ms >= next.run_last_ms;
+                if newer_run || later_in_run {
+                    next.run_start_ms = start;
+                    next.run_last_ms = v.ts_ms;
+                    next.run_last_value = v.value;
+                }
+            }
+            self.writer.set_live(machine, *id, next)?;
+        }
+        // A baseline goes where nothing else of its series is, between it and its value: there
+        // it can only say what the run's own samples agree with. Anything there (another run's
+        // sample stamped after this run's start) leaves the value to the reset rule. A later
+        // event of a run already seen found the same there, for less: nothing to read.
+        let Some(b) = baseline else {
+            return Ok(());
+        };
+        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
+            let seen = live.is_some_and(|live| {
+                Some(live.run_start_ms) == run_start_ms && v.ts_ms >= live.run_last_ms
+            });
+            if seen {
+                continue;
+            }
+            match self.writer.first_sample_in(*id, b.ts_ms, v.ts_ms)? {
+                None => {
+                    self.writer.put_sample(*id, b.ts_ms, b.value)?;
+                    self.stats.samples_new += 1;
+                    self.stats.baselines_new += 1;
+                    if self.remote {
+                        self.stored.push(Sample {
+                            series: v.series.clone(),
+                            ts_ms: b.ts_ms,
+                            value: b.value,
+                        });
+                    }
+                }
+                Some((t, x)) if t == b.ts_ms && x == b.value => self.stats.samples_identical += 1,
+                Some(_) => self.stats.baselines_skipped += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the refusal series of what this batch refused: per (refusal series, time), a pair
+    /// `(t − 1, 0), (t, n)` at the first two free milliseconds from the refused samples' time.
+    fn write_refusals(&mut self, base: &BaseLabels<'_>) -> Result<(), StoreError> {
+        let mut counts: BTreeMap<(String, i64), u64> = BTreeMap::new();
+        // Refusal series this batch creates with their full labels, within the bound.
+        let mut planned: BTreeSet<String> = BTreeSet::new();
+        for (key, reason, ts_ms) in std::mem::take(&mut self.refused) {
+            self.stats.samples_refused[reason_index(reason)] += 1;
+            let Some((refused_metric, labels)) = SeriesKey::parse(&key) else {
+                continue;
+            };
+            let mut pairs: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            pairs.push((label::REASON, reason));
+            pairs.push((label::SERIES, &refused_metric));
+            let full = SeriesKey::build(metric::REFUSED_SAMPLES, &mut pairs);
+            let known = planned.contains(&full) || self.writer.series_id(&full)?.is_some();
+            let room =
+                self.state.refusal_series + (planned.len() as u64) < MAX_REFUSAL_SERIES_PER_MACHINE;
+            let refusal_key = if known {
+                full
+            } else if room {
+                planned.insert(full.clone());
+                full
+            } else {
+                base.key(
+                    metric::REFUSED_SAMPLES,
+                    &[
+                        (label::MODEL, value::UNKNOWN),
+                        (label::MODEL_VERSION, value::UNKNOWN),
+                        (label::REASON, reason),
+                        (label::SERIES, &refused_metric),
+                    ],
+                )
+            };
+            *counts.entry((refusal_key, ts_ms)).or_insert(0) += 1;
+        }
+        for ((key, ts_ms), n) in counts {
+            let id = match self.writer.series_id(&key)? {
+                Some(id) => id,
+                None => {
+                    self.state.refusal_series += 1;
+                    self.writer.series_id_or_create(&key)?
+                }
+            };
+            let mut placed = false;
+            for t in ts_ms..ts_ms.saturating_add(REFUSAL_SLOT_SEARCH_MS) {
+                if self.writer.sample(id, t - 1)?.is_none() && self.writer.sample(id, t)?.is_none()
+                {
+                    for (at, value) in [(t - 1, 0.0), (t, n as f64)] {
+                        self.writer.put_sample(id, at, value)?;
+                        self.stats.samples_new += 1;
+                        self.stored.push(Sample {
+                            series: key.clone(),
+                            ts_ms: at,
+                            value,
+                        });
+                    }
+                    placed = true;
+                    break;
+                }
+            }
+            if !placed {
+                self.stats.refusals_unplaced += n;
+                tracing::warn!(series = %key, ts_ms, n, "No free millisecond for a refusal; not counted in its series.");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ms(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn ingest_batch(
     writer: &mut Writer<'_>,
     config: &IngestConfig,
     batch: &Batch,
+    topic: &str,
     arrival_ns: i64,
     stats: &mut IngestStats,
     remote: &mut Vec<(String, Vec<Sample>)>,
@@ -273,99 +632,136 @@ fn ingest_batch(
             "Batch sent time is far from its arrival: the agent's clock is skewed."
         );
     }
-    let base = BaseLabels::of(batch);
+    // A machine class that is not a label value refuses every counter event of the batch; the
+    // lenient labels (class `unknown`) name what they would have written.
+    let strict = BaseLabels::of(batch);
+    let base = strict.unwrap_or_else(|| BaseLabels::lenient(batch));
     let is_safety = batch.tier == Tier::Safety as i32;
-    let mut samples = Vec::new();
     let mut new_events = 0u64;
     let mut duplicate_events = 0u64;
-    let mut normalize = NormalizeStats::default();
+    let mut cx = BatchContext {
+        writer,
+        config,
+        batch,
+        topic,
+        arrival_ns,
+        state,
+        stats,
+        refused: Vec::new(),
+        stored: Vec::new(),
+        remote: config.remote_write_max_age.is_some(),
+    };
     for event in &batch.events {
         if ranges.contains(event.seq) {
             duplicate_events += 1;
             continue;
         }
         new_events += 1;
-        match &base {
-            Some(base) => series::normalize_event(
-                base,
-                event,
-                arrival_ns,
-                ns(config.max_future_skew),
-                &mut normalize,
-                &mut samples,
-            ),
-            None => normalize.bad_label_events += 1,
+        match series::normalize_event(&base, event, arrival_ns, ns(config.max_future_skew)) {
+            Normalized::NotCounter => {}
+            Normalized::Refused(refusal) => cx.refuse(event, refusal, true)?,
+            Normalized::Counted(samples) if strict.is_none() => {
+                let mut series: Vec<String> =
+                    samples.values.iter().map(|v| v.series.clone()).collect();
+                series.extend(samples.refused_entries);
+                let refusal = Refusal {
+                    reason: refusal::BAD_LABEL,
+                    ts_ms: series::ns_to_ms(event.event_time_unix_ns),
+                    series,
+                    detail: "the batch's machine class is not an id".to_owned(),
+                };
+                cx.refuse(event, refusal, true)?;
+            }
+            Normalized::Counted(mut samples) => {
+                let ts_ms = series::ns_to_ms(event.event_time_unix_ns);
+                for key in std::mem::take(&mut samples.refused_entries) {
+                    cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
+                }
+                cx.admit(event, samples)?;
+            }
         }
         if is_safety {
-            state.safety_received += 1;
-            stats.safety_received += 1;
+            cx.state.safety_received += 1;
+            cx.stats.safety_received += 1;
             if series::is_fresh(
                 arrival_ns,
                 event.event_time_unix_ns,
-                state.reconnect_ns,
+                cx.state.reconnect_ns,
                 ns(config.freshness_limit),
             ) {
-                state.safety_fresh += 1;
-                stats.safety_fresh += 1;
+                cx.state.safety_fresh += 1;
+                cx.stats.safety_fresh += 1;
             }
         }
     }
     if is_safety
         && new_events > 0
-        && let Some(base) = &base
+        && let Some(base) = &strict
     {
-        let ts_ms = series::ns_to_ms(arrival_ns).max(state.last_gateway_ts_ms + 1);
-        state.last_gateway_ts_ms = ts_ms;
-        samples.push(Sample {
-            series: base.key(metric::SAFETY_EVENTS_RECEIVED, &[]),
+        let ts_ms = series::ns_to_ms(arrival_ns).max(cx.state.last_gateway_ts_ms + 1);
+        let mut gateway = Vec::with_capacity(4);
+        // The gateway's own counters start from zero just before their first sample, so a
+        // machine's first safety batch counts.
+        if cx.state.last_gateway_ts_ms == 0 {
+            for name in [metric::SAFETY_EVENTS_RECEIVED, metric::SAFETY_EVENTS_FRESH] {
+                gateway.push((base.key(name, &[]), ts_ms - 1, 0.0));
+            }
+        }
+        cx.state.last_gateway_ts_ms = ts_ms;
+        gateway.push((
+            base.key(metric::SAFETY_EVENTS_RECEIVED, &[]),
             ts_ms,
-            value: state.safety_received as f64,
-        });
-        samples.push(Sample {
-            series: base.key(metric::SAFETY_EVENTS_FRESH, &[]),
+            cx.state.safety_received as f64,
+        ));
+        gateway.push((
+            base.key(metric::SAFETY_EVENTS_FRESH, &[]),
             ts_ms,
-            value: state.safety_fresh as f64,
-        });
-    }
-    let oldest_for_remote = config
-        .remote_write_max_age
-        .map(|age| series::ns_to_ms(arrival_ns.saturating_sub(ns(age))));
-    let mut stored = Vec::new();
-    for sample in samples {
-        let gateway_series = sample.series.starts_with(metric::GATEWAY_PREFIX);
-        let budget = (!gateway_series).then_some(config.max_series_per_machine);
-        match writer.upsert_sample(
-            &batch.machine_id,
-            &sample.series,
-            sample.ts_ms,
-            sample.value,
-            budget,
-        )? {
-            Upsert::New => {
-                stats.samples_new += 1;
-                match oldest_for_remote {
-                    Some(oldest) if sample.ts_ms < oldest => {
-                        stats.samples_too_old_for_remote_write += 1;
-                    }
-                    Some(_) => stored.push(sample),
-                    None => {}
+            cx.state.safety_fresh as f64,
+        ));
+        for (series, ts_ms, value) in gateway {
+            let id = cx.writer.series_id_or_create(&series)?;
+            match cx.writer.put_sample(id, ts_ms, value)? {
+                Upsert::New => {
+                    cx.stats.samples_new += 1;
+                    cx.stored.push(Sample {
+                        series,
+                        ts_ms,
+                        value,
+                    });
                 }
-            }
-            Upsert::Identical => stats.samples_identical += 1,
-            Upsert::Conflict => {
-                stats.samples_conflicting += 1;
-                tracing::warn!(machine = %batch.machine_id, series = %sample.series, ts_ms = sample.ts_ms, "A different value exists at this series and time; sample refused.");
-            }
-            Upsert::OverBudget => {
-                stats.samples_over_budget += 1;
-                tracing::warn!(machine = %batch.machine_id, series = %sample.series, "Machine is at its series budget; sample refused.");
+                Upsert::Identical => cx.stats.samples_identical += 1,
+                Upsert::Conflict => {
+                    cx.stats.samples_refused[reason_index(refusal::CONFLICT)] += 1;
+                    tracing::warn!(machine = %batch.machine_id, %series, ts_ms, "A different value exists at this series and time; sample refused.");
+                }
             }
         }
     }
-    if !stored.is_empty() {
+    cx.write_refusals(&base)?;
+    let BatchContext {
+        writer,
+        state,
+        stats,
+        stored,
+        ..
+    } = cx;
+    let oldest_for_remote = config
+        .remote_write_max_age
+        .map(|age| series::ns_to_ms(arrival_ns.saturating_sub(ns(age))));
+    let mut sent = Vec::with_capacity(stored.len());
+    if let Some(oldest) = oldest_for_remote {
+        for sample in stored {
+            if sample.ts_ms < oldest {
+                stats.samples_too_old_for_remote_write += 1;
+            } else {
+                sent.push(sample);
+            }
+        }
+    }
+    if !sent.is_empty() {
         match remote.iter_mut().find(|(m, _)| *m == batch.machine_id) {
-            Some((_, list)) => list.extend(stored),
-            None => remote.push((batch.machine_id.clone(), stored)),
+            Some((_, list)) => list.extend(sent),
+            None => remote.push((batch.machine_id.clone(), sent)),
         }
     }
     stats.dedup_holes_closed += ranges.insert(
@@ -382,10 +778,6 @@ fn ingest_batch(
         config.max_epochs_per_stream,
     )?;
     writer.machine_put(&batch.machine_id, &state)?;
-    stats.normalize.future_events += normalize.future_events;
-    stats.normalize.bad_time_events += normalize.bad_time_events;
-    stats.normalize.bad_label_events += normalize.bad_label_events;
-    stats.normalize.bad_values += normalize.bad_values;
     stats.batches_accepted += 1;
     stats.events_new += new_events;
     stats.events_duplicate += duplicate_events;

@@ -4,10 +4,12 @@
 //! - [`config`]: the TOML file, raw then validated (units in types; errors name the key).
 //! - [`validate`]: topic identity, framing limits, schema version, identity agreement (pure).
 //! - [`dedup`]: received sequence ranges per `(machine, epoch, tier)`, bounded (pure).
-//! - [`series`]: events → cumulative counter samples per `docs/series.md` (pure).
-//! - [`store`]: the embedded redb store (samples, series, dedup state, dead letters, outbox) and
-//!   its query API for raw samples.
-//! - [`ingest`]: a group of messages → validate → dedup → normalize → one store transaction.
+//! - [`series`]: an event → its cumulative counter samples per `docs/series.md` with their
+//!   baselines, or its refusal with a reason (pure).
+//! - [`store`]: the embedded redb store (samples, series and the live ones per machine, dedup
+//!   state, dead letters, outbox) and its query API for raw samples.
+//! - [`ingest`]: a group of messages → validate → dedup → normalize → admit (conflicts, runs,
+//!   series budget and retirement) → one store transaction, refusals written as a series.
 //! - [`remote_write`]: Prometheus remote-write 1.0 types, request building, response
 //!   classification, blocking sender.
 //! - [`prometheus`]: reading raw samples back from a Prometheus HTTP query API.

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use edgewatch_slo::names::refusal;
+
 use crate::ingest::IngestStats;
 use crate::validate::Rejection;
 
@@ -29,6 +31,10 @@ macro_rules! counters {
             $(#[doc = $help] pub $field: AtomicU64,)*
             /// Dead letters per rejection reason ([`Rejection::REASONS`] order).
             pub rejected: [AtomicU64; Rejection::REASONS.len()],
+            /// Counter events refused, per `names::refusal::REASONS` index.
+            pub events_refused: [AtomicU64; refusal::REASONS.len()],
+            /// Samples refused, per `names::refusal::REASONS` index.
+            pub samples_refused: [AtomicU64; refusal::REASONS.len()],
             /// Remote-write requests pending in the outbox.
             pub outbox_pending: AtomicU64,
             /// Unix time (s) of the last committed group.
@@ -50,6 +56,16 @@ macro_rules! counters {
                 let _ = writeln!(out, "# TYPE edgewatch_gateway_dead_letters_total counter");
                 for (reason, value) in Rejection::REASONS.iter().zip(&self.rejected) {
                     let _ = writeln!(out, "edgewatch_gateway_dead_letters_total{{reason=\"{reason}\"}} {}", value.load(Ordering::Relaxed));
+                }
+                for (name, help, counts) in [
+                    ("edgewatch_gateway_events_refused_total", "Counter events of accepted batches refused, by reason (each but series_budget also dead-lettered).", &self.events_refused),
+                    ("edgewatch_gateway_samples_refused_total", "Samples refused, by reason: what refused events would have written, counted in edgewatch_refused_samples_total.", &self.samples_refused),
+                ] {
+                    let _ = writeln!(out, "# HELP {name} {help}");
+                    let _ = writeln!(out, "# TYPE {name} counter");
+                    for (reason, value) in refusal::REASONS.iter().zip(counts) {
+                        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {}", value.load(Ordering::Relaxed));
+                    }
                 }
                 let _ = writeln!(out, "# HELP edgewatch_gateway_remote_write_outbox_pending Remote-write requests committed locally and not yet delivered.");
                 let _ = writeln!(out, "# TYPE edgewatch_gateway_remote_write_outbox_pending gauge");
@@ -77,14 +93,18 @@ counters! {
     status_messages => "edgewatch_gateway_status_messages_total", "Machine status messages received.";
     reconnects => "edgewatch_gateway_machine_reconnects_total", "Machine reconnects seen (status or arrival gap).";
     clock_skew_batches => "edgewatch_gateway_clock_skew_batches_total", "Batches whose sent time differs from arrival by more than ingest.max_clock_skew.";
-    future_events => "edgewatch_gateway_future_events_total", "Counter events stamped later than arrival plus ingest.max_future_skew (not stored).";
-    bad_time_events => "edgewatch_gateway_bad_time_events_total", "Counter events stamped at or before the Unix epoch (not stored).";
-    bad_label_events => "edgewatch_gateway_bad_label_events_total", "Events or entries whose label values are not acceptable (not stored).";
-    bad_values => "edgewatch_gateway_bad_values_total", "Counter values that are negative, NaN or infinite (not stored).";
+    future_events => "edgewatch_gateway_future_events_total", "Counter events stamped later than arrival plus ingest.max_future_skew (refused).";
+    bad_time_events => "edgewatch_gateway_bad_time_events_total", "Counter events stamped at or before the Unix epoch, or started after their own time (refused).";
+    bad_label_events => "edgewatch_gateway_bad_label_events_total", "Counter events with a label value that is not acceptable (refused).";
+    bad_values => "edgewatch_gateway_bad_values_total", "Counter events with a value that is negative, NaN or infinite (refused).";
     samples_new => "edgewatch_gateway_samples_stored_total", "Samples stored in the embedded store.";
     samples_identical => "edgewatch_gateway_samples_identical_total", "Samples already stored with the same value (no-op).";
-    samples_conflicting => "edgewatch_gateway_samples_conflicting_total", "Samples refused: another value exists at that series and timestamp.";
-    samples_over_budget => "edgewatch_gateway_series_refused_total", "Samples refused because their machine is at max_series_per_machine.";
+    samples_conflicting => "edgewatch_gateway_samples_conflicting_total", "Samples refused: another value exists at a series and timestamp of their event.";
+    samples_over_budget => "edgewatch_gateway_series_refused_total", "Samples refused because their machine's live series are at max_series_per_machine.";
+    series_retired => "edgewatch_gateway_series_retired_total", "Series retired (not written for ingest.series_retire_after) to make room in a machine's budget.";
+    baselines_new => "edgewatch_gateway_baselines_stored_total", "Baselines stored: where a counter stood before an event (0 at its start).";
+    baselines_skipped => "edgewatch_gateway_baselines_skipped_total", "Baselines not written: the series holds another sample between the baseline and its value.";
+    refusals_unplaced => "edgewatch_gateway_refusals_unplaced_total", "Refused samples that found no free millisecond in their refusal series.";
     dedup_holes_closed => "edgewatch_gateway_dedup_holes_closed_total", "Sequence numbers treated as received to bound de-duplication state.";
     dedup_epochs_pruned => "edgewatch_gateway_dedup_epochs_pruned_total", "De-duplication streams dropped by the per-(machine, tier) epoch bound.";
     dedup_streams_expired => "edgewatch_gateway_dedup_streams_expired_total", "De-duplication streams dropped after dedup.retention.";
@@ -112,14 +132,36 @@ impl Metrics {
         add(&self.status_messages, stats.status_messages);
         add(&self.reconnects, stats.reconnects);
         add(&self.clock_skew_batches, stats.clock_skew_batches);
-        add(&self.future_events, stats.normalize.future_events);
-        add(&self.bad_time_events, stats.normalize.bad_time_events);
-        add(&self.bad_label_events, stats.normalize.bad_label_events);
-        add(&self.bad_values, stats.normalize.bad_values);
+        add(
+            &self.future_events,
+            stats.events_refused_for(refusal::FUTURE_TIME),
+        );
+        add(
+            &self.bad_time_events,
+            stats.events_refused_for(refusal::BAD_TIME),
+        );
+        add(
+            &self.bad_label_events,
+            stats.events_refused_for(refusal::BAD_LABEL),
+        );
+        add(
+            &self.bad_values,
+            stats.events_refused_for(refusal::BAD_VALUE),
+        );
         add(&self.samples_new, stats.samples_new);
         add(&self.samples_identical, stats.samples_identical);
-        add(&self.samples_conflicting, stats.samples_conflicting);
-        add(&self.samples_over_budget, stats.samples_over_budget);
+        add(
+            &self.samples_conflicting,
+            stats.samples_refused_for(refusal::CONFLICT),
+        );
+        add(
+            &self.samples_over_budget,
+            stats.samples_refused_for(refusal::SERIES_BUDGET),
+        );
+        add(&self.series_retired, stats.series_retired);
+        add(&self.baselines_new, stats.baselines_new);
+        add(&self.baselines_skipped, stats.baselines_skipped);
+        add(&self.refusals_unplaced, stats.refusals_unplaced);
         add(&self.dedup_holes_closed, stats.dedup_holes_closed);
         add(&self.dedup_epochs_pruned, stats.dedup_epochs_pruned);
         add(&self.safety_received, stats.safety_received);
@@ -127,6 +169,12 @@ impl Metrics {
         add(&self.dead_letters_dropped, stats.dead_letters_dropped);
         add(&self.rw_too_old, stats.samples_too_old_for_remote_write);
         for (counter, value) in self.rejected.iter().zip(stats.rejected) {
+            add(counter, value);
+        }
+        for (counter, value) in self.events_refused.iter().zip(stats.events_refused) {
+            add(counter, value);
+        }
+        for (counter, value) in self.samples_refused.iter().zip(stats.samples_refused) {
             add(counter, value);
         }
     }

@@ -2,21 +2,34 @@
 //! time, named and labelled as `docs/series.md` says, with the names of [`edgewatch_slo::names`]
 //! (the SLO core reads by the same constants). Pure: no I/O, no clock (arrival is an argument).
 //!
+//! An event is the unit: [`normalize_event`] returns all of a counter event's samples, or refuses
+//! the event whole with a reason from `names::refusal` (so no check can let half an SLO pair
+//! through).
+//!
 //! Invariants:
 //! - Only the labels of the contract are produced: base labels (`machine_id`, `site`,
 //!   `machine_class`) plus the metric's own; never ids, sequence numbers, timestamps or free text.
-//!   A label value that is not a short id-like string (see [`label_value`]) drops the event
-//!   (counted), so a hostile agent cannot mint series with arbitrary text.
+//!   A label value that is not a short id-like string (see [`label_value`]) refuses the event
+//!   (or, for one entry of a multi-entry event, that entry alone), so a hostile agent cannot
+//!   mint series with arbitrary text.
 //! - A series key is canonical: `metric{name="value",...}` with label names sorted, so equal
 //!   series always have equal keys, byte for byte.
-//! - Events later than `arrival + max_future_skew`, at or before the Unix epoch, and values that
-//!   are negative or not finite produce no sample; each is counted in [`NormalizeStats`].
+//! - A counter event is refused whole when its time is not sane (at or before the Unix epoch,
+//!   later than `arrival + max_future_skew`, or a counter started after its own event), when a
+//!   value is negative or not finite, when a part of an SLO pair (`names::SLO_PAIRS`, and
+//!   `deadline_misses` of `activations`) exceeds its total, or when an increment event's total is
+//!   zero or below its increment. Nothing of a refused event becomes a sample.
+//! - Every counter value comes with its baseline, where the counter stood before the event
+//!   ([`EventSamples::baseline`]), so the increase rule counts an event from the first: `0` at
+//!   the counter's start for the kinds that carry a start time, `total − increment` one
+//!   millisecond before the event for increment events. Both are functions of the event alone,
+//!   so a re-sent or replayed event yields the same baselines.
 
 use std::fmt::Write as _;
 
 use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
-use edgewatch_slo::names::{label, metric, value};
+use edgewatch_slo::names::{SLO_PAIRS, label, metric, refusal, value};
 
 /// One sample of one series.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,17 +42,58 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Why events or values were dropped during normalization.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NormalizeStats {
-    /// Events stamped later than arrival + the allowed skew.
-    pub future_events: u64,
-    /// Events with an event time at or before the Unix epoch.
-    pub bad_time_events: u64,
-    /// Events whose label values are not acceptable (empty kinds, long or odd strings).
-    pub bad_label_events: u64,
-    /// Values that are negative, NaN or infinite.
-    pub bad_values: u64,
+/// What normalization makes of one event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Normalized {
+    /// Not a counter event: it writes no series.
+    NotCounter,
+    /// A counter event that passed every check of its own; its samples are admitted together
+    /// or not at all.
+    Counted(EventSamples),
+    /// A counter event refused whole.
+    Refused(Refusal),
+}
+
+/// The samples of one counter event.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventSamples {
+    /// The counter values, at the event time.
+    pub values: Vec<Sample>,
+    /// Where each value's counter stood before the event (one for all: an event's counters
+    /// share their start or their increment), a sample of each value's series.
+    pub baseline: Option<Baseline>,
+    /// Start time (ms) of the run the values belong to, for kinds that carry one.
+    pub run_start_ms: Option<i64>,
+    /// Entries refused alone (`bad_label`): a component, mode or rail this gateway cannot label,
+    /// as the series key it would have had, with `unknown` for that label.
+    pub refused_entries: Vec<String>,
+}
+
+/// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
+/// with a start time (a new start is a counter restarted from zero); `total − increment` at
+/// event time − 1 ms for increment events (fallbacks, interventions, safe stops, queue losses),
+/// whose series can start at a producer's running total (a model switch mid-run). Events without
+/// either have none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Baseline {
+    /// Timestamp, ms.
+    pub ts_ms: i64,
+    /// Value.
+    pub value: f64,
+}
+
+/// A counter event refused whole, for the refusal series and the dead letter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// One of `names::refusal::REASONS`.
+    pub reason: &'static str,
+    /// When (ms): the event time, or the arrival when the event time is what was wrong.
+    pub ts_ms: i64,
+    /// The series the event would have written, with `unknown` for each label value that is
+    /// not valid.
+    pub series: Vec<String>,
+    /// What was wrong, for the dead letter.
+    pub detail: String,
 }
 
 /// Builds canonical series keys.
@@ -147,6 +201,16 @@ impl<'a> BaseLabels<'a> {
         })
     }
 
+    /// Base labels of a batch with `unknown` for a machine class that is not a valid label
+    /// value, for naming what the batch's refused events would have written.
+    pub fn lenient(batch: &'a Batch) -> Self {
+        Self {
+            machine: &batch.machine_id,
+            site: &batch.site_id,
+            class: label_value(&batch.machine_class).unwrap_or(value::UNKNOWN),
+        }
+    }
+
     /// A series key of this machine.
     pub fn key(&self, metric: &str, extra: &[(&str, &str)]) -> String {
         let mut labels: Vec<(&str, &str)> = Vec::with_capacity(3 + extra.len());
@@ -158,10 +222,12 @@ impl<'a> BaseLabels<'a> {
     }
 }
 
-fn model_labels(model: Option<&v1::ModelVersion>) -> Option<(&str, &str)> {
+/// `model` and `model_version` of an event: `unknown` when it names no model; `None` in place of
+/// a value that is not a valid label value.
+fn model_labels(model: Option<&v1::ModelVersion>) -> (Option<&str>, Option<&str>) {
     match model {
-        None => Some((value::UNKNOWN, value::UNKNOWN)),
-        Some(model) => Some((label_value(&model.name)?, label_value(&model.version)?)),
+        None => (Some(value::UNKNOWN), Some(value::UNKNOWN)),
+        Some(model) => (label_value(&model.name), label_value(&model.version)),
     }
 }
 
@@ -230,195 +296,296 @@ pub fn ns_to_ms(ns: i64) -> i64 {
     ns.div_euclid(1_000_000)
 }
 
-/// Appends the samples of one event to `out`; what it drops is counted in `stats`.
+/// The samples of one event being built: keys with `unknown` in place of a value that is not a
+/// valid label, whether such a value was one of the event's own labels, and the entries refused
+/// alone.
+struct Builder<'a> {
+    base: &'a BaseLabels<'a>,
+    values: Vec<Sample>,
+    ts_ms: i64,
+    bad_label: bool,
+    refused_entries: Vec<String>,
+}
+
+/// `labels` with `unknown` for each value that is not a valid label (`None`).
+fn or_unknown<'a>(labels: &[(&'a str, Option<&'a str>)]) -> Vec<(&'a str, &'a str)> {
+    labels
+        .iter()
+        .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
+        .collect()
+}
+
+impl Builder<'_> {
+    /// Adds `metric` with the event's `labels` (`None`: a value that is not a valid label, which
+    /// refuses the event) at the event time.
+    fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
+        self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
+        self.values.push(Sample {
+            series: self.base.key(metric, &or_unknown(labels)),
+            ts_ms: self.ts_ms,
+            value,
+        });
+    }
+
+    /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
+    /// label is not valid (an enum value this gateway does not know, a rail that is not an id)
+    /// is refused alone, and the rest of the event stands.
+    fn push_entry(
+        &mut self,
+        metric: &str,
+        entry: (&str, Option<&str>),
+        labels: &[(&str, Option<&str>)],
+        value: f64,
+    ) {
+        let mut all = Vec::with_capacity(labels.len() + 1);
+        all.push(entry);
+        all.extend_from_slice(labels);
+        match entry.1 {
+            Some(_) => self.push(metric, &all, value),
+            None => self
+                .refused_entries
+                .push(self.base.key(metric, &or_unknown(&all))),
+        }
+    }
+}
+
+/// Where a counter event's counters start (see [`Baseline`]).
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    /// Cumulative since this start time (ns); `0` or less: unknown.
+    Start(i64),
+    /// An increment event: `total` now, `increment` of it by this event.
+    Increment { total: u64, increment: u64 },
+}
+
+/// The metric name of a series key and the rest of it (its labels).
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_at(key.find('{').unwrap_or(key.len()))
+}
+
+/// Normalizes one event of a batch arriving at `arrival_ns`: its samples, or its refusal.
 pub fn normalize_event(
     base: &BaseLabels<'_>,
     event: &v1::Event,
     arrival_ns: i64,
     max_future_skew_ns: i64,
-    stats: &mut NormalizeStats,
-    out: &mut Vec<Sample>,
-) {
+) -> Normalized {
     let Some(kind) = &event.kind else {
-        return;
+        return Normalized::NotCounter;
     };
-    // Only counter events become samples; check the time only for those, so that a debug log line
-    // with an odd clock is not counted as a bad sample.
-    let is_counter = matches!(
-        kind,
-        event::Kind::DeadlineCounters(_)
-            | event::Kind::SafetyFallback(_)
-            | event::Kind::Intervention(_)
-            | event::Kind::SafeStop(_)
-            | event::Kind::ThrottleCounters(_)
-            | event::Kind::AutonomySeconds(_)
-            | event::Kind::EnergyCounters(_)
-            | event::Kind::QueueLoss(_)
-    );
-    if !is_counter {
-        return;
-    }
+    let ts_ms = ns_to_ms(event.event_time_unix_ns);
+    let mut b = Builder {
+        base,
+        values: Vec::new(),
+        ts_ms,
+        bad_label: false,
+        refused_entries: Vec::new(),
+    };
+    // Pairs of counters the SLO pairs of the names cannot see yet: (part, total) of the deadline
+    // fields, checked before they become series.
+    let mut extra_pair: Option<(u64, u64)> = None;
+    let origin = match kind {
+        event::Kind::DeadlineCounters(c) => {
+            let (model, version) = model_labels(c.model.as_ref());
+            let loop_name =
+                label_value(c.control_loop.as_ref().map_or("", |l| l.loop_name.as_str()));
+            let labels = [
+                (label::LOOP, loop_name),
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+            ];
+            b.push(metric::CONTROL_CYCLES, &labels, c.cycles as f64);
+            b.push(metric::CONTROL_MISSED, &labels, c.misses as f64);
+            b.push(metric::CONTROL_SKIPPED, &labels, c.skipped as f64);
+            if let (Some(activations), Some(misses)) = (c.activations, c.deadline_misses) {
+                extra_pair = Some((misses, activations));
+            }
+            Origin::Start(c.start_time_unix_ns)
+        }
+        event::Kind::SafetyFallback(f) => {
+            let (model, version) = model_labels(f.model.as_ref());
+            let loop_name =
+                label_value(f.control_loop.as_ref().map_or("", |l| l.loop_name.as_str()));
+            let labels = [
+                (label::LOOP, loop_name),
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+            ];
+            b.push(metric::SAFETY_FALLBACKS, &labels, f.total as f64);
+            Origin::Increment {
+                total: f.total,
+                increment: f.delta,
+            }
+        }
+        event::Kind::Intervention(i) => {
+            let (model, version) = model_labels(i.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            b.push(metric::INTERVENTIONS, &labels, i.total as f64);
+            Origin::Increment {
+                total: i.total,
+                increment: i.delta,
+            }
+        }
+        event::Kind::SafeStop(stop) => {
+            let (model, version) = model_labels(stop.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            b.push(metric::SAFE_STOPS, &labels, stop.total as f64);
+            Origin::Increment {
+                total: stop.total,
+                increment: stop.delta,
+            }
+        }
+        event::Kind::ThrottleCounters(t) => {
+            let (model, version) = model_labels(t.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            for c in &t.components {
+                let component = (label::COMPONENT, component_label(c.component));
+                b.push_entry(
+                    metric::THROTTLE_SECONDS,
+                    component,
+                    &labels,
+                    c.throttled_seconds,
+                );
+            }
+            Origin::Start(t.start_time_unix_ns)
+        }
+        event::Kind::AutonomySeconds(a) => {
+            let (model, version) = model_labels(a.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            for m in &a.modes {
+                let mode = (label::MODE, mode_label(m.mode));
+                b.push_entry(metric::AUTONOMY_SECONDS, mode, &labels, m.seconds);
+            }
+            Origin::Start(a.start_time_unix_ns)
+        }
+        event::Kind::EnergyCounters(e) => {
+            let (model, version) = model_labels(e.model.as_ref());
+            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            for r in &e.rails {
+                let rail = label_value(&r.rail).filter(|rail| *rail != value::UNKNOWN);
+                b.push_entry(
+                    metric::ENERGY_JOULES,
+                    (label::RAIL, rail),
+                    &labels,
+                    r.joules,
+                );
+            }
+            Origin::Start(e.start_time_unix_ns)
+        }
+        event::Kind::QueueLoss(q) => {
+            let labels = [
+                (label::CAUSE, cause_label(q.cause)),
+                (label::TIER, tier_label(q.tier)),
+            ];
+            b.push(metric::QUEUE_LOST_RECORDS, &labels, q.total as f64);
+            // A quarantine adds one incident per store moved aside to the running total, not
+            // its records (`count`).
+            let quarantined = q.cause == v1::LossCause::Quarantined as i32;
+            Origin::Increment {
+                total: q.total,
+                increment: if quarantined { 1 } else { q.count },
+            }
+        }
+        _ => return Normalized::NotCounter,
+    };
+    let refuse = |reason: &'static str, ts_ms: i64, detail: String, values: &[Sample]| {
+        let mut series: Vec<String> = values.iter().map(|s| s.series.clone()).collect();
+        series.extend(b.refused_entries.iter().cloned());
+        series.dedup();
+        Normalized::Refused(Refusal {
+            reason,
+            ts_ms,
+            series,
+            detail,
+        })
+    };
+    let arrival_ms = ns_to_ms(arrival_ns);
     match event_time_ok(event.event_time_unix_ns, arrival_ns, max_future_skew_ns) {
         Ok(()) => {}
         Err(TimeProblem::Future) => {
-            stats.future_events += 1;
-            return;
+            let ahead_s = (event.event_time_unix_ns - arrival_ns) / 1_000_000_000;
+            let detail = format!("stamped {ahead_s} s after its arrival");
+            return refuse(refusal::FUTURE_TIME, arrival_ms, detail, &b.values);
         }
         Err(TimeProblem::BeforeEpoch) => {
-            stats.bad_time_events += 1;
-            return;
+            let detail = "stamped at or before the Unix epoch".to_owned();
+            return refuse(refusal::BAD_TIME, arrival_ms, detail, &b.values);
         }
     }
-    let ts_ms = ns_to_ms(event.event_time_unix_ns);
-    let mut push = |series: String, value: f64, stats: &mut NormalizeStats| {
-        if value.is_finite() && value >= 0.0 {
-            out.push(Sample {
-                series,
-                ts_ms,
-                value,
+    if b.bad_label {
+        let detail = "a label value is not an id, or an enum value is unknown".to_owned();
+        return refuse(refusal::BAD_LABEL, ts_ms, detail, &b.values);
+    }
+    if let Some(bad) = b
+        .values
+        .iter()
+        .find(|s| !(s.value.is_finite() && s.value >= 0.0))
+    {
+        let detail = format!("{} is {}", split_key(&bad.series).0, bad.value);
+        return refuse(refusal::BAD_VALUE, ts_ms, detail, &b.values);
+    }
+    if let Origin::Start(start_ns) = origin
+        && start_ns > event.event_time_unix_ns
+    {
+        let detail = "the counters start after their own event".to_owned();
+        return refuse(refusal::BAD_TIME, ts_ms, detail, &b.values);
+    }
+    for (total_metric, part_metric) in SLO_PAIRS {
+        for total in b
+            .values
+            .iter()
+            .filter(|s| split_key(&s.series).0 == total_metric)
+        {
+            let labels = split_key(&total.series).1;
+            let part = b
+                .values
+                .iter()
+                .find(|s| split_key(&s.series) == (part_metric, labels));
+            if let Some(part) = part
+                && part.value > total.value
+            {
+                let detail = format!(
+                    "{part_metric} {} above {total_metric} {}",
+                    part.value, total.value
+                );
+                return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
+            }
+        }
+    }
+    if let Some((part, total)) = extra_pair
+        && part > total
+    {
+        let detail = format!("deadline_misses {part} above activations {total}");
+        return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
+    }
+    let mut samples = EventSamples::default();
+    match origin {
+        Origin::Increment { total, increment } => {
+            if total == 0 || increment > total {
+                let detail = format!("total {total} with an increment of {increment}");
+                return refuse(refusal::INCREMENT_INCONSISTENT, ts_ms, detail, &b.values);
+            }
+            samples.baseline = Some(Baseline {
+                ts_ms: ts_ms - 1,
+                value: (total - increment) as f64,
             });
-        } else {
-            stats.bad_values += 1;
         }
-    };
-    let bad_label = |stats: &mut NormalizeStats| stats.bad_label_events += 1;
-    match kind {
-        event::Kind::DeadlineCounters(c) => {
-            let (Some((model, version)), Some(loop_name)) = (
-                model_labels(c.model.as_ref()),
-                label_value(c.control_loop.as_ref().map_or("", |l| l.loop_name.as_str())),
-            ) else {
-                return bad_label(stats);
-            };
-            let labels = [
-                (label::LOOP, loop_name),
-                (label::MODEL, model),
-                (label::MODEL_VERSION, version),
-            ];
-            push(
-                base.key(metric::CONTROL_CYCLES, &labels),
-                c.cycles as f64,
-                stats,
-            );
-            push(
-                base.key(metric::CONTROL_MISSED, &labels),
-                c.misses as f64,
-                stats,
-            );
-            push(
-                base.key(metric::CONTROL_SKIPPED, &labels),
-                c.skipped as f64,
-                stats,
-            );
-        }
-        event::Kind::SafetyFallback(f) => {
-            let (Some((model, version)), Some(loop_name)) = (
-                model_labels(f.model.as_ref()),
-                label_value(f.control_loop.as_ref().map_or("", |l| l.loop_name.as_str())),
-            ) else {
-                return bad_label(stats);
-            };
-            let labels = [
-                (label::LOOP, loop_name),
-                (label::MODEL, model),
-                (label::MODEL_VERSION, version),
-            ];
-            push(
-                base.key(metric::SAFETY_FALLBACKS, &labels),
-                f.total as f64,
-                stats,
-            );
-        }
-        event::Kind::Intervention(i) => {
-            let Some((model, version)) = model_labels(i.model.as_ref()) else {
-                return bad_label(stats);
-            };
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
-            push(
-                base.key(metric::INTERVENTIONS, &labels),
-                i.total as f64,
-                stats,
-            );
-        }
-        event::Kind::SafeStop(s) => {
-            let Some((model, version)) = model_labels(s.model.as_ref()) else {
-                return bad_label(stats);
-            };
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
-            push(base.key(metric::SAFE_STOPS, &labels), s.total as f64, stats);
-        }
-        event::Kind::ThrottleCounters(t) => {
-            let Some((model, version)) = model_labels(t.model.as_ref()) else {
-                return bad_label(stats);
-            };
-            for c in &t.components {
-                let Some(component) = component_label(c.component) else {
-                    bad_label(stats);
-                    continue;
-                };
-                let labels = [
-                    (label::COMPONENT, component),
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
-                ];
-                push(
-                    base.key(metric::THROTTLE_SECONDS, &labels),
-                    c.throttled_seconds,
-                    stats,
-                );
+        Origin::Start(start_ns) => {
+            let start_ms = ns_to_ms(start_ns);
+            // A start at or before the epoch is no start: nothing is known of where the
+            // counter stood before its first sample.
+            if start_ms > 0 {
+                samples.run_start_ms = Some(start_ms);
+                samples.baseline = Some(Baseline {
+                    ts_ms: start_ms.min(ts_ms - 1),
+                    value: 0.0,
+                });
             }
         }
-        event::Kind::AutonomySeconds(a) => {
-            let Some((model, version)) = model_labels(a.model.as_ref()) else {
-                return bad_label(stats);
-            };
-            for m in &a.modes {
-                let Some(mode) = mode_label(m.mode) else {
-                    bad_label(stats);
-                    continue;
-                };
-                let labels = [
-                    (label::MODE, mode),
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
-                ];
-                push(
-                    base.key(metric::AUTONOMY_SECONDS, &labels),
-                    m.seconds,
-                    stats,
-                );
-            }
-        }
-        event::Kind::EnergyCounters(e) => {
-            let Some((model, version)) = model_labels(e.model.as_ref()) else {
-                return bad_label(stats);
-            };
-            for r in &e.rails {
-                let Some(rail) = label_value(&r.rail).filter(|rail| *rail != value::UNKNOWN) else {
-                    bad_label(stats);
-                    continue;
-                };
-                let labels = [
-                    (label::MODEL, model),
-                    (label::MODEL_VERSION, version),
-                    (label::RAIL, rail),
-                ];
-                push(base.key(metric::ENERGY_JOULES, &labels), r.joules, stats);
-            }
-        }
-        event::Kind::QueueLoss(q) => {
-            let (Some(tier), Some(cause)) = (tier_label(q.tier), cause_label(q.cause)) else {
-                return bad_label(stats);
-            };
-            let labels = [(label::CAUSE, cause), (label::TIER, tier)];
-            push(
-                base.key(metric::QUEUE_LOST_RECORDS, &labels),
-                q.total as f64,
-                stats,
-            );
-        }
-        _ => {}
     }
+    samples.values = b.values;
+    samples.refused_entries = b.refused_entries;
+    Normalized::Counted(samples)
 }
 
 /// Whether a safety event arriving at `arrival_ns` is fresh: `arrival − max(event_time, reconnect)
@@ -475,96 +642,217 @@ mod tests {
         }
     }
 
+    fn counted(event: &Event, arrival: i64, skew: i64) -> EventSamples {
+        let batch = batch();
+        match normalize_event(&BaseLabels::of(&batch).unwrap(), event, arrival, skew) {
+            Normalized::Counted(samples) => samples,
+            other => panic!("not counted: {other:?}"),
+        }
+    }
+
+    fn refused(event: &Event, arrival: i64, skew: i64) -> Refusal {
+        let batch = batch();
+        match normalize_event(&BaseLabels::of(&batch).unwrap(), event, arrival, skew) {
+            Normalized::Refused(refusal) => refusal,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    fn with_counts(mut event: Event, cycles: u64, misses: u64) -> Event {
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.cycles = cycles;
+            c.misses = misses;
+        }
+        event
+    }
+
     #[test]
     fn deadline_counters_become_three_series_with_the_contract_labels() {
-        let batch = batch();
-        let base = BaseLabels::of(&batch).unwrap();
-        let mut stats = NormalizeStats::default();
-        let mut out = Vec::new();
-        let event = counters(ARRIVAL - 1_500_000_000, "planner");
-        normalize_event(&base, &event, ARRIVAL, 0, &mut stats, &mut out);
+        let time = ARRIVAL - 1_500_000_000;
+        let samples = counted(&counters(time, "planner"), ARRIVAL, 0);
+        let out = &samples.values;
         assert_eq!(out.len(), 3);
         assert_eq!(
             out[0].series,
             "edge_control_cycles_total{loop=\"planner\",machine_class=\"haul-truck\",machine_id=\"truck-17\",model=\"haul-perception\",model_version=\"4.2.1\",site=\"pit-3\"}"
         );
-        assert_eq!(out[0].ts_ms, (ARRIVAL - 1_500_000_000) / 1_000_000);
+        assert_eq!(out[0].ts_ms, time / 1_000_000);
         assert_eq!(out[0].value, 90_000.0);
         assert_eq!(out[1].value, 3.0);
-        assert_eq!(stats, NormalizeStats::default());
     }
 
     #[test]
-    fn future_events_and_free_text_labels_produce_no_sample() {
-        let batch = batch();
-        let base = BaseLabels::of(&batch).unwrap();
-        let mut stats = NormalizeStats::default();
-        let mut out = Vec::new();
-        normalize_event(
-            &base,
+    fn every_counter_starts_from_a_zero_at_its_start_time() {
+        let time = ARRIVAL - 1_500_000_000;
+        let mut event = counters(time, "planner");
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.start_time_unix_ns = time - 60_000_000_000;
+        }
+        let samples = counted(&event, ARRIVAL, 0);
+        assert_eq!(
+            samples.run_start_ms,
+            Some((time - 60_000_000_000) / 1_000_000)
+        );
+        let baseline = samples.baseline.unwrap();
+        assert_eq!(baseline.ts_ms, samples.run_start_ms.unwrap());
+        assert_eq!(baseline.value, 0.0);
+        // Started in the event's own millisecond: the zero goes one millisecond before it.
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.start_time_unix_ns = time;
+        }
+        assert_eq!(
+            counted(&event, ARRIVAL, 0).baseline.unwrap().ts_ms,
+            time / 1_000_000 - 1
+        );
+        // No start: nothing is known of where the counter stood.
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.start_time_unix_ns = 0;
+        }
+        assert!(counted(&event, ARRIVAL, 0).baseline.is_none());
+    }
+
+    #[test]
+    fn an_increment_event_starts_from_its_total_before_the_increment() {
+        let event = Event {
+            seq: 1,
+            event_time_unix_ns: ARRIVAL,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::SafetyFallback(v1::SafetyFallback {
+                total: 7,
+                delta: 2,
+                ..Default::default()
+            })),
+        };
+        let samples = counted(&event, ARRIVAL, 0);
+        assert_eq!(samples.values[0].value, 7.0);
+        assert_eq!(samples.baseline.unwrap().value, 5.0);
+        assert_eq!(samples.baseline.unwrap().ts_ms, samples.values[0].ts_ms - 1);
+        assert_eq!(samples.run_start_ms, None);
+        // A total that cannot hold its increment, or none at all (an individually submitted
+        // event), cannot be placed in a cumulative series.
+        for (total, delta) in [(1, 2), (0, 1), (0, 0)] {
+            let event = Event {
+                kind: Some(event::Kind::Intervention(v1::Intervention {
+                    total,
+                    delta,
+                    ..Default::default()
+                })),
+                ..event.clone()
+            };
+            assert_eq!(
+                refused(&event, ARRIVAL, 0).reason,
+                refusal::INCREMENT_INCONSISTENT
+            );
+        }
+    }
+
+    #[test]
+    fn both_counters_of_every_slo_pair_come_from_one_event() {
+        // Machine pairs come from one event, so admitting an event whole admits both; the
+        // gateway's own pair (freshness) is written in one step by the ingest path.
+        let samples = counted(&counters(ARRIVAL, "planner"), ARRIVAL, 0);
+        let metrics: Vec<&str> = samples
+            .values
+            .iter()
+            .map(|s| split_key(&s.series).0)
+            .collect();
+        for (total, part) in SLO_PAIRS {
+            if total.starts_with(metric::GATEWAY_PREFIX) {
+                continue;
+            }
+            assert!(
+                metrics.contains(&total) && metrics.contains(&part),
+                "{total}, {part}"
+            );
+        }
+    }
+
+    #[test]
+    fn more_misses_than_cycles_refuses_the_whole_event() {
+        let event = with_counts(counters(ARRIVAL, "planner"), 100, 101);
+        let r = refused(&event, ARRIVAL, 0);
+        assert_eq!(r.reason, refusal::BAD_OVER_TOTAL);
+        assert_eq!(r.ts_ms, ARRIVAL / 1_000_000);
+        assert_eq!(r.series.len(), 3, "cycles, misses and skipped");
+        assert!(r.series[1].starts_with(metric::CONTROL_MISSED));
+        // Equal is possible: every cycle missed.
+        counted(
+            &with_counts(counters(ARRIVAL, "planner"), 100, 100),
+            ARRIVAL,
+            0,
+        );
+        // The deadline fields are checked too, before they become series.
+        let mut event = counters(ARRIVAL, "planner");
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.activations = Some(10);
+            c.deadline_misses = Some(11);
+        }
+        assert_eq!(refused(&event, ARRIVAL, 0).reason, refusal::BAD_OVER_TOTAL);
+    }
+
+    #[test]
+    fn bad_times_and_free_text_labels_refuse_the_event_with_what_is_known_of_it() {
+        let future = refused(
             &counters(ARRIVAL + 10_000_000_000, "planner"),
             ARRIVAL,
             5_000_000_000,
-            &mut stats,
-            &mut out,
         );
-        normalize_event(
-            &base,
-            &counters(ARRIVAL, "a loop with spaces"),
-            ARRIVAL,
-            0,
-            &mut stats,
-            &mut out,
+        assert_eq!(future.reason, refusal::FUTURE_TIME);
+        assert_eq!(future.ts_ms, ARRIVAL / 1_000_000, "stamped at arrival");
+        let text = refused(&counters(ARRIVAL, "a loop with spaces"), ARRIVAL, 0);
+        assert_eq!(text.reason, refusal::BAD_LABEL);
+        assert!(
+            text.series[0].contains("loop=\"unknown\""),
+            "the invalid label is unknown: {}",
+            text.series[0]
         );
-        normalize_event(
-            &base,
-            &counters(0, "planner"),
-            ARRIVAL,
-            0,
-            &mut stats,
-            &mut out,
+        assert!(text.series[0].contains("model_version=\"4.2.1\""));
+        assert_eq!(
+            refused(&counters(0, "planner"), ARRIVAL, 0).reason,
+            refusal::BAD_TIME
         );
-        assert!(out.is_empty());
-        assert_eq!(stats.future_events, 1);
-        assert_eq!(stats.bad_label_events, 1);
-        assert_eq!(stats.bad_time_events, 1);
+        let mut late_start = counters(ARRIVAL - 1_000_000_000, "planner");
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut late_start.kind {
+            c.start_time_unix_ns = ARRIVAL;
+        }
+        assert_eq!(refused(&late_start, ARRIVAL, 0).reason, refusal::BAD_TIME);
     }
 
     #[test]
-    fn unspecified_modes_are_skipped_and_nan_values_refused() {
-        let batch = batch();
-        let base = BaseLabels::of(&batch).unwrap();
-        let event = Event {
+    fn an_unknown_mode_is_refused_alone_and_a_nan_value_refuses_the_event_whole() {
+        let event = |modes: Vec<ModeSeconds>| Event {
             seq: 2,
             event_time_unix_ns: ARRIVAL,
             monotonic_ns: 0,
             kind: Some(event::Kind::AutonomySeconds(AutonomySeconds {
                 start_time_unix_ns: 1,
-                modes: vec![
-                    ModeSeconds {
-                        mode: 1,
-                        seconds: 3600.0,
-                    },
-                    ModeSeconds {
-                        mode: 0,
-                        seconds: 1.0,
-                    },
-                    ModeSeconds {
-                        mode: 2,
-                        seconds: f64::NAN,
-                    },
-                ],
+                modes,
                 model: None,
             })),
         };
-        let mut stats = NormalizeStats::default();
-        let mut out = Vec::new();
-        normalize_event(&base, &event, ARRIVAL, 0, &mut stats, &mut out);
-        assert_eq!(out.len(), 1);
-        assert!(out[0].series.contains("mode=\"autonomous\""));
-        assert!(out[0].series.contains("model=\"unknown\""));
-        assert_eq!(stats.bad_label_events, 1);
-        assert_eq!(stats.bad_values, 1);
+        let autonomous = ModeSeconds {
+            mode: 1,
+            seconds: 3600.0,
+        };
+        let ok = counted(&event(vec![autonomous]), ARRIVAL, 0);
+        assert!(ok.values[0].series.contains("mode=\"autonomous\""));
+        assert!(ok.values[0].series.contains("model=\"unknown\""));
+        let unknown_mode = ModeSeconds {
+            mode: 0,
+            seconds: 1.0,
+        };
+        let nan = ModeSeconds {
+            mode: 2,
+            seconds: f64::NAN,
+        };
+        // A mode this gateway does not know (a later agent's) costs that entry, not the others.
+        let partial = counted(&event(vec![autonomous, unknown_mode]), ARRIVAL, 0);
+        assert_eq!(partial.values.len(), 1);
+        assert_eq!(partial.refused_entries.len(), 1);
+        assert!(partial.refused_entries[0].contains("mode=\"unknown\""));
+        let r = refused(&event(vec![autonomous, nan, unknown_mode]), ARRIVAL, 0);
+        assert_eq!(r.reason, refusal::BAD_VALUE);
+        assert_eq!(r.series.len(), 3, "the refused entry among them");
     }
 
     #[test]

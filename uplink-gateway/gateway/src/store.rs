@@ -1,14 +1,16 @@
-//! The embedded store: samples, series, de-duplication state, per-machine state, dead letters and
-//! the remote-write outbox, in one redb file.
+//! The embedded store: samples, series and their lifecycle, de-duplication state, per-machine
+//! state, dead letters and the remote-write outbox, in one redb file.
 //!
 //! Invariants:
 //! - One write transaction covers everything one group of MQTT messages changes (samples,
-//!   de-duplication ranges, machine state, dead letters, outbox). It commits with
+//!   live series, de-duplication ranges, machine state, dead letters, outbox). It commits with
 //!   `Durability::Immediate` before any of those messages is acknowledged to the broker.
 //! - Samples are idempotent on (series, timestamp): writing an identical value is a no-op; a
 //!   different value at an existing (series, timestamp) is refused and counted, never overwritten.
-//! - A machine owns at most `max_series_per_machine` series of the contract (the gateway's own two
-//!   freshness series are not counted); a sample that would create one more is refused and counted.
+//! - A series is *live* for its machine from its admission until it retires; retiring removes it
+//!   from `live_series` only (its samples stay), and a retired series written again is admitted
+//!   again like a new one. Admission and retirement are the ingest path's decisions; the store
+//!   keeps what they need (`LiveSeries`, `MachineState::newest_event_ms`).
 //! - Dead letters are bounded by count: beyond the limit the oldest are dropped and counted.
 //! - One gateway instance writes a store (redb `SingleWriter` mode); other processes (`report`,
 //!   `export-focus`) may open it read-only at the same time and see its commits.
@@ -17,16 +19,18 @@
 //! ```text
 //! series          &str  canonical key          -> u64 series id
 //! series_by_id    u64   series id              -> &str canonical key
-//! machine_series  &str  machine id             -> u64 series owned
+//! live_series     (&str machine, u64 series id) -> LiveSeries (32 bytes)
 //! samples         (u64 series id, i64 ts ms)   -> f64 value
 //! dedup           &[u8] machine\0 tier epoch   -> SeqRanges encoding (see dedup.rs)
-//! machines        &str  machine id             -> MachineState (40 bytes)
+//! machines        &str  machine id             -> MachineState (56 bytes; 40 before series lifecycle)
 //! dead_letters    u64   id (arrival order)     -> DeadLetter encoding
 //! outbox          u64   id                     -> remote-write WriteRequest (protobuf)
 //! meta            &str  name                   -> u64 (id counters, dropped dead letters)
 //! ```
 
 use std::path::Path;
+
+use std::collections::HashMap;
 
 use redb::{
     ConcurrencyMode, Database, Durability, ReadOnlyDatabase, ReadTransaction, ReadableDatabase,
@@ -38,7 +42,7 @@ use crate::dedup::SeqRanges;
 
 const SERIES: TableDefinition<&str, u64> = TableDefinition::new("series");
 const SERIES_BY_ID: TableDefinition<u64, &str> = TableDefinition::new("series_by_id");
-const MACHINE_SERIES: TableDefinition<&str, u64> = TableDefinition::new("machine_series");
+const LIVE_SERIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("live_series");
 const SAMPLES: TableDefinition<(u64, i64), f64> = TableDefinition::new("samples");
 const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
@@ -95,17 +99,15 @@ impl From<redb::SetDurabilityError> for StoreError {
     }
 }
 
-/// What happened to one sample written with [`Writer::upsert_sample`].
+/// What happened to one sample written with [`Writer::put_sample`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upsert {
     /// Stored.
     New,
     /// The same value was already stored at this (series, timestamp): nothing changed.
     Identical,
-    /// Another value is stored at this (series, timestamp): refused.
+    /// Another value is stored at this (series, timestamp): refused, the stored one kept.
     Conflict,
-    /// The series is new and the machine's series budget is spent: refused.
-    OverBudget,
 }
 
 /// Per-machine state kept by the gateway.
@@ -119,34 +121,94 @@ pub struct MachineState {
     pub safety_received: u64,
     /// Fresh safety events so far (`edgewatch_safety_events_fresh_total`).
     pub safety_fresh: u64,
-    /// Timestamp (ms) of the latest gateway-series sample, so the next one is strictly later.
+    /// Timestamp (ms) of the latest gateway-series sample, so the next one is strictly later; 0
+    /// before the first.
     pub last_gateway_ts_ms: i64,
+    /// Newest event time (ms) of the machine's counter events: series retire against it.
+    pub newest_event_ms: i64,
+    /// Refusal series the machine owns (they are bounded apart from the series budget).
+    pub refusal_series: u64,
 }
 
 impl MachineState {
-    fn encode(&self) -> [u8; 40] {
-        let mut out = [0u8; 40];
+    fn encode(&self) -> [u8; 56] {
+        let mut out = [0u8; 56];
         out[0..8].copy_from_slice(&self.reconnect_ns.to_be_bytes());
         out[8..16].copy_from_slice(&self.last_arrival_ns.to_be_bytes());
         out[16..24].copy_from_slice(&self.safety_received.to_be_bytes());
         out[24..32].copy_from_slice(&self.safety_fresh.to_be_bytes());
         out[32..40].copy_from_slice(&self.last_gateway_ts_ms.to_be_bytes());
+        out[40..48].copy_from_slice(&self.newest_event_ms.to_be_bytes());
+        out[48..56].copy_from_slice(&self.refusal_series.to_be_bytes());
         out
     }
 
+    /// Reads the 56-byte form, or the 40-byte form of stores from before the series lifecycle
+    /// (its two later fields then start at 0).
     fn decode(bytes: &[u8]) -> Option<Self> {
         let field = |range: std::ops::Range<usize>| -> Option<[u8; 8]> {
             bytes.get(range)?.try_into().ok()
         };
-        if bytes.len() != 40 {
+        if bytes.len() != 40 && bytes.len() != 56 {
             return None;
         }
+        let later = |range: std::ops::Range<usize>| field(range).unwrap_or([0; 8]);
         Some(Self {
             reconnect_ns: i64::from_be_bytes(field(0..8)?),
             last_arrival_ns: i64::from_be_bytes(field(8..16)?),
             safety_received: u64::from_be_bytes(field(16..24)?),
             safety_fresh: u64::from_be_bytes(field(24..32)?),
             last_gateway_ts_ms: i64::from_be_bytes(field(32..40)?),
+            newest_event_ms: i64::from_be_bytes(later(40..48)),
+            refusal_series: u64::from_be_bytes(later(48..56)),
+        })
+    }
+}
+
+/// A live series of a machine: when it was last written, and the run it is in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LiveSeries {
+    /// Newest event time (ms) of its samples: it retires once its machine's newest event time
+    /// is `series_retire_after` past this.
+    pub last_ms: i64,
+    /// Start (ms) of the newest run seen (a counter's start time), `i64::MIN` when unknown.
+    pub run_start_ms: i64,
+    /// Latest sample of that run: time (ms) and value.
+    pub run_last_ms: i64,
+    /// Its value.
+    pub run_last_value: f64,
+}
+
+impl LiveSeries {
+    /// A series admitted with a sample at `ts_ms` of no known run.
+    pub fn new(ts_ms: i64) -> Self {
+        Self {
+            last_ms: ts_ms,
+            run_start_ms: i64::MIN,
+            run_last_ms: i64::MIN,
+            run_last_value: 0.0,
+        }
+    }
+
+    fn encode(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out[0..8].copy_from_slice(&self.last_ms.to_be_bytes());
+        out[8..16].copy_from_slice(&self.run_start_ms.to_be_bytes());
+        out[16..24].copy_from_slice(&self.run_last_ms.to_be_bytes());
+        out[24..32].copy_from_slice(&self.run_last_value.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let field = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
+        if bytes.len() != 32 {
+            return None;
+        }
+        Some(Self {
+            last_ms: i64::from_be_bytes(field(0)?),
+            run_start_ms: i64::from_be_bytes(field(8)?),
+            run_last_ms: i64::from_be_bytes(field(16)?),
+            run_last_value: f64::from_be_bytes(field(24)?),
         })
     }
 }
@@ -158,6 +220,9 @@ pub enum DeadLetterSource {
     Mqtt,
     /// A remote-write request the sink refused for good.
     RemoteWrite,
+    /// One event of an accepted batch, refused by a check of its own (its payload is the
+    /// event's protobuf encoding, its topic the batch's).
+    Event,
 }
 
 /// A refused payload and why.
@@ -185,6 +250,7 @@ impl DeadLetter {
         out.push(match self.source {
             DeadLetterSource::Mqtt => 0,
             DeadLetterSource::RemoteWrite => 1,
+            DeadLetterSource::Event => 2,
         });
         out.extend_from_slice(&(reason.len() as u16).to_be_bytes());
         out.extend_from_slice(reason.as_bytes());
@@ -198,7 +264,8 @@ impl DeadLetter {
         let arrival_ns = i64::from_be_bytes(bytes.get(0..8)?.try_into().ok()?);
         let source = match *bytes.get(8)? {
             0 => DeadLetterSource::Mqtt,
-            _ => DeadLetterSource::RemoteWrite,
+            1 => DeadLetterSource::RemoteWrite,
+            _ => DeadLetterSource::Event,
         };
         let mut at = 9;
         let text = |at: &mut usize| -> Option<String> {
@@ -337,7 +404,7 @@ impl Store {
             let mut writer = Writer {
                 series: txn.open_table(SERIES)?,
                 series_by_id: txn.open_table(SERIES_BY_ID)?,
-                machine_series: txn.open_table(MACHINE_SERIES)?,
+                live_series: txn.open_table(LIVE_SERIES)?,
                 samples: txn.open_table(SAMPLES)?,
                 dedup: txn.open_table(DEDUP)?,
                 machines: txn.open_table(MACHINES)?,
@@ -345,9 +412,12 @@ impl Store {
                 outbox: txn.open_table(OUTBOX)?,
                 meta: txn.open_table(META)?,
                 config: &self.config,
-                series_ids: std::collections::HashMap::new(),
+                series_ids: HashMap::new(),
+                live: HashMap::new(),
             };
-            f(&mut writer)?
+            let result = f(&mut writer)?;
+            writer.flush_live()?;
+            result
         };
         txn.commit()?;
         Ok(result)
@@ -509,7 +579,7 @@ impl Store {
 pub struct Writer<'txn> {
     series: Table<'txn, &'static str, u64>,
     series_by_id: Table<'txn, u64, &'static str>,
-    machine_series: Table<'txn, &'static str, u64>,
+    live_series: Table<'txn, (&'static str, u64), &'static [u8]>,
     samples: Table<'txn, (u64, i64), f64>,
     dedup: Table<'txn, &'static [u8], &'static [u8]>,
     machines: Table<'txn, &'static str, &'static [u8]>,
@@ -519,7 +589,10 @@ pub struct Writer<'txn> {
     config: &'txn StoreConfig,
     /// Series ids looked up or created in this transaction (dropped with it, so an aborted
     /// transaction leaves no stale id behind).
-    series_ids: std::collections::HashMap<String, u64>,
+    series_ids: HashMap<String, u64>,
+    /// Live series read or changed in this transaction, `Some(dirty)` for those to write back
+    /// when it commits (membership changes are written at once; only updates wait).
+    live: HashMap<(String, u64), (LiveSeries, bool)>,
 }
 
 impl Writer<'_> {
@@ -529,38 +602,57 @@ impl Writer<'_> {
         Ok(id)
     }
 
-    /// Writes one sample; `budget` is the machine's series limit (`None`: not counted).
-    pub fn upsert_sample(
-        &mut self,
-        machine: &str,
-        series: &str,
-        ts_ms: i64,
-        value: f64,
-        budget: Option<u32>,
-    ) -> Result<Upsert, StoreError> {
-        let existing = match self.series_ids.get(series) {
-            Some(&id) => Some(id),
-            None => self.series.get(series)?.map(|v| v.value()),
-        };
-        let id = match existing {
-            Some(id) => id,
-            None => {
-                if let Some(limit) = budget {
-                    let owned = self.machine_series.get(machine)?.map_or(0, |v| v.value());
-                    if owned >= u64::from(limit) {
-                        return Ok(Upsert::OverBudget);
-                    }
-                    self.machine_series.insert(machine, owned + 1)?;
-                }
-                let id = self.next_id(NEXT_SERIES)?;
-                self.series.insert(series, id)?;
-                self.series_by_id.insert(id, series)?;
-                id
-            }
-        };
-        if !self.series_ids.contains_key(series) {
-            self.series_ids.insert(series.to_owned(), id);
+    /// The id of a series, `None` when it was never written.
+    pub fn series_id(&mut self, key: &str) -> Result<Option<u64>, StoreError> {
+        if let Some(&id) = self.series_ids.get(key) {
+            return Ok(Some(id));
         }
+        let id = self.series.get(key)?.map(|v| v.value());
+        if let Some(id) = id {
+            self.series_ids.insert(key.to_owned(), id);
+        }
+        Ok(id)
+    }
+
+    /// The id of a series, created when new.
+    pub fn series_id_or_create(&mut self, key: &str) -> Result<u64, StoreError> {
+        if let Some(id) = self.series_id(key)? {
+            return Ok(id);
+        }
+        let id = self.next_id(NEXT_SERIES)?;
+        self.series.insert(key, id)?;
+        self.series_by_id.insert(id, key)?;
+        self.series_ids.insert(key.to_owned(), id);
+        Ok(id)
+    }
+
+    /// The value stored at (series, timestamp).
+    pub fn sample(&self, id: u64, ts_ms: i64) -> Result<Option<f64>, StoreError> {
+        Ok(self.samples.get((id, ts_ms))?.map(|v| v.value()))
+    }
+
+    /// The earliest sample of a series with `from_ms <= ts < to_ms`.
+    pub fn first_sample_in(
+        &self,
+        id: u64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Option<(i64, f64)>, StoreError> {
+        if from_ms >= to_ms {
+            return Ok(None);
+        }
+        match self.samples.range((id, from_ms)..(id, to_ms))?.next() {
+            Some(entry) => {
+                let (key, value) = entry?;
+                Ok(Some((key.value().1, value.value())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Stores a sample unless the series holds one at that time: [`Upsert::New`], or
+    /// [`Upsert::Identical`] (a no-op), or [`Upsert::Conflict`] (the stored value is kept).
+    pub fn put_sample(&mut self, id: u64, ts_ms: i64, value: f64) -> Result<Upsert, StoreError> {
         // One tree operation in the common case (a new sample); a conflict puts the stored value
         // back, so it is never overwritten.
         let previous = self.samples.insert((id, ts_ms), value)?.map(|v| v.value());
@@ -574,6 +666,85 @@ impl Writer<'_> {
                 Ok(Upsert::Conflict)
             }
         }
+    }
+
+    /// Removes a sample written in this transaction (an event refused after part of it was
+    /// written).
+    pub fn remove_sample(&mut self, id: u64, ts_ms: i64) -> Result<(), StoreError> {
+        self.samples.remove((id, ts_ms))?;
+        Ok(())
+    }
+
+    /// The live state of a machine's series; `None` when it is not live (never admitted, or
+    /// retired).
+    pub fn live(&mut self, machine: &str, id: u64) -> Result<Option<LiveSeries>, StoreError> {
+        let key = (machine.to_owned(), id);
+        if let Some((live, _)) = self.live.get(&key) {
+            return Ok(Some(*live));
+        }
+        let stored = self
+            .live_series
+            .get((machine, id))?
+            .and_then(|v| LiveSeries::decode(v.value()));
+        if let Some(live) = stored {
+            self.live.insert(key, (live, false));
+        }
+        Ok(stored)
+    }
+
+    /// Admits a series to its machine's live set (or updates it when it is live).
+    pub fn set_live(&mut self, machine: &str, id: u64, live: LiveSeries) -> Result<(), StoreError> {
+        if self.live(machine, id)?.is_none() {
+            self.live_series
+                .insert((machine, id), live.encode().as_slice())?;
+            self.live.insert((machine.to_owned(), id), (live, false));
+        } else {
+            self.live.insert((machine.to_owned(), id), (live, true));
+        }
+        Ok(())
+    }
+
+    /// How many series of `machine` are live.
+    pub fn live_count(&self, machine: &str) -> Result<u64, StoreError> {
+        let mut count = 0;
+        for entry in self.live_series.range((machine, 0)..=(machine, u64::MAX))? {
+            entry?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Retires every live series of `machine` last written before `cutoff_ms` (its samples
+    /// stay); returns how many.
+    pub fn retire_before(&mut self, machine: &str, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let mut stale = Vec::new();
+        for entry in self.live_series.range((machine, 0)..=(machine, u64::MAX))? {
+            let (key, value) = entry?;
+            let id = key.value().1;
+            let last_ms = match self.live.get(&(machine.to_owned(), id)) {
+                Some((live, _)) => live.last_ms,
+                None => LiveSeries::decode(value.value()).map_or(i64::MIN, |l| l.last_ms),
+            };
+            if last_ms < cutoff_ms {
+                stale.push(id);
+            }
+        }
+        for id in &stale {
+            self.live_series.remove((machine, *id))?;
+            self.live.remove(&(machine.to_owned(), *id));
+        }
+        Ok(stale.len() as u64)
+    }
+
+    /// Writes the live-series updates held back during the transaction.
+    fn flush_live(&mut self) -> Result<(), StoreError> {
+        for ((machine, id), (live, dirty)) in &self.live {
+            if *dirty {
+                self.live_series
+                    .insert((machine.as_str(), *id), live.encode().as_slice())?;
+            }
+        }
+        Ok(())
     }
 
     /// De-duplication ranges of a stream (`None` if never seen or unreadable) and when last seen.
@@ -685,10 +856,11 @@ mod tests {
         let (_dir, store) = store();
         let outcomes = store
             .write(|w| {
+                let id = w.series_id_or_create("x{machine_id=\"m\"}")?;
                 Ok([
-                    w.upsert_sample("m", "x{machine_id=\"m\"}", 10, 1.0, Some(5))?,
-                    w.upsert_sample("m", "x{machine_id=\"m\"}", 10, 1.0, Some(5))?,
-                    w.upsert_sample("m", "x{machine_id=\"m\"}", 10, 2.0, Some(5))?,
+                    w.put_sample(id, 10, 1.0)?,
+                    w.put_sample(id, 10, 1.0)?,
+                    w.put_sample(id, 10, 2.0)?,
                 ])
             })
             .unwrap();
@@ -699,28 +871,42 @@ mod tests {
     }
 
     #[test]
-    fn a_machine_cannot_own_more_series_than_its_budget() {
+    fn a_retired_series_leaves_the_live_set_and_keeps_its_samples() {
         let (_dir, store) = store();
-        let outcomes = store
+        store
             .write(|w| {
-                Ok([
-                    w.upsert_sample("m", "a{}", 1, 1.0, Some(2))?,
-                    w.upsert_sample("m", "b{}", 1, 1.0, Some(2))?,
-                    w.upsert_sample("m", "c{}", 1, 1.0, Some(2))?,
-                    w.upsert_sample("m", "c{}", 1, 1.0, None)?,
-                    w.upsert_sample("n", "d{}", 1, 1.0, Some(2))?,
-                ])
+                for (key, last) in [("a{}", 10), ("b{}", 20), ("c{}", 30)] {
+                    let id = w.series_id_or_create(key)?;
+                    w.put_sample(id, last, 1.0)?;
+                    w.set_live("m", id, LiveSeries::new(last))?;
+                }
+                let other = w.series_id_or_create("d{}")?;
+                w.set_live("n", other, LiveSeries::new(0))?;
+                assert_eq!(w.live_count("m")?, 3);
+                // An update held back in this transaction counts for retirement.
+                let b = w.series_id("b{}")?.unwrap();
+                w.set_live("m", b, LiveSeries::new(40))?;
+                assert_eq!(w.retire_before("m", 25)?, 1);
+                assert_eq!(w.live_count("m")?, 2);
+                assert_eq!(w.live_count("n")?, 1);
+                Ok(())
+            })
+            .unwrap();
+        store
+            .write(|w| {
+                let (a, b) = (w.series_id("a{}")?.unwrap(), w.series_id("b{}")?.unwrap());
+                assert_eq!(w.live("m", a)?, None);
+                assert_eq!(
+                    w.live("m", b)?.unwrap().last_ms,
+                    40,
+                    "written back at commit"
+                );
+                Ok(())
             })
             .unwrap();
         assert_eq!(
-            outcomes,
-            [
-                Upsert::New,
-                Upsert::New,
-                Upsert::OverBudget,
-                Upsert::New,
-                Upsert::New
-            ]
+            store.query("a", 0, 100).unwrap()[0].samples,
+            vec![(10, 1.0)]
         );
     }
 
@@ -728,11 +914,36 @@ mod tests {
     fn a_failed_transaction_leaves_nothing_behind() {
         let (_dir, store) = store();
         let result: Result<(), StoreError> = store.write(|w| {
-            w.upsert_sample("m", "a{}", 1, 1.0, None)?;
+            let id = w.series_id_or_create("a{}")?;
+            w.put_sample(id, 1, 1.0)?;
+            w.set_live("m", id, LiveSeries::new(1))?;
             Err(StoreError::Storage(redb::Error::Corrupted("test".into())))
         });
         assert!(result.is_err());
         assert_eq!(store.sample_count().unwrap(), 0);
+        store
+            .write(|w| {
+                assert_eq!(w.series_id("a{}")?, None);
+                assert_eq!(w.live_count("m")?, 0);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn machine_states_of_stores_from_before_the_series_lifecycle_still_read() {
+        let state = MachineState {
+            reconnect_ns: 1,
+            last_arrival_ns: 2,
+            safety_received: 3,
+            safety_fresh: 4,
+            last_gateway_ts_ms: 5,
+            newest_event_ms: 6,
+            refusal_series: 7,
+        };
+        assert_eq!(MachineState::decode(&state.encode()), Some(state));
+        let old = MachineState::decode(&state.encode()[..40]).unwrap();
+        assert_eq!((old.safety_fresh, old.newest_event_ms), (4, 0));
     }
 
     #[test]

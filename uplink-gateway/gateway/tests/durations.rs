@@ -40,7 +40,7 @@ struct Row {
     at: &'static str,
 }
 
-const ROWS: [Row; 16] = [
+const ROWS: [Row; 17] = [
     Row {
         key: "mqtt.keep_alive",
         min: "5s",
@@ -94,6 +94,15 @@ const ROWS: [Row; 16] = [
         refused: &["366d"],
         toml: "REQUIRED[ingest]\nfreshness_limit = VALUE\n",
         at: "ingest.freshness_limit",
+    },
+    Row {
+        key: "ingest.series_retire_after",
+        min: "1s",
+        max: "365d",
+        accepted: &["1s", "1h", "2w", "365d"],
+        refused: &["0s", "999ms", "366d"],
+        toml: "REQUIRED[ingest]\nseries_retire_after = VALUE\n",
+        at: "ingest.series_retire_after",
     },
     Row {
         key: "dedup.retention",

@@ -200,9 +200,10 @@ async fn a_gateway_killed_after_its_commit_but_before_its_ack_counts_the_batch_o
         Some(0.0)
     );
     gateway.kill();
+    // Four safe stops: each its total and, a millisecond before, the total before it.
     {
         let store = Store::open_path(&gateway.store_path()).unwrap();
-        assert_eq!(samples_of(&store, "edge_safe_stops_total").len(), 4);
+        assert_eq!(samples_of(&store, "edge_safe_stops_total").len(), 8);
         assert_eq!(
             store.outbox().unwrap().len(),
             1,
@@ -237,13 +238,14 @@ async fn a_gateway_killed_after_its_commit_but_before_its_ack_counts_the_batch_o
     gateway.stop();
 
     let store = Store::open_path(&gateway.store_path()).unwrap();
-    assert_eq!(samples_of(&store, "edge_safe_stops_total").len(), 4);
+    assert_eq!(samples_of(&store, "edge_safe_stops_total").len(), 8);
     assert!(store.outbox().unwrap().is_empty());
+    // The gateway's own counter, from zero a millisecond before its first sample.
     assert_eq!(
         samples_of(&store, "edgewatch_safety_events_received_total"),
         {
-            let ts = samples_of(&store, "edgewatch_safety_events_received_total")[0].0;
-            vec![(ts, 4.0)]
+            let ts = samples_of(&store, "edgewatch_safety_events_received_total")[1].0;
+            vec![(ts - 1, 0.0), (ts, 4.0)]
         }
     );
     let now_ms = now_ns() / 1_000_000;
@@ -257,7 +259,7 @@ async fn a_gateway_killed_after_its_commit_but_before_its_ack_counts_the_batch_o
     assert_eq!(remote.len(), 1);
     assert_eq!(
         remote[0].samples.len(),
-        4,
+        8,
         "each sample reached Prometheus once"
     );
     drop(silent);

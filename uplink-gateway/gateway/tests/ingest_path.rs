@@ -14,6 +14,7 @@ use edgewatch_proto::v1::{
     AutonomySeconds, Batch, DeadlineCounters, EnergyCounters, Event, LoopRef, MachineStatus,
     ModeSeconds, ModelVersion, QueueLoss, RailEnergy, SafeStop, Tier, event,
 };
+use edgewatch_slo::names::refusal;
 use proptest::prelude::*;
 use prost::Message as _;
 
@@ -211,7 +212,14 @@ proptest! {
             .iter()
             .filter(|o| matches!(o, Outcome::DeadLettered { .. }))
             .count();
-        prop_assert_eq!(ingestor.store().dead_letters().unwrap().len(), dead);
+        // Refused messages, and refused events (those the series budget refused are counted
+        // but not dead-lettered).
+        let refused_events: u64 = report.stats.events_refused.iter().sum::<u64>()
+            - report.stats.events_refused_for(refusal::SERIES_BUDGET);
+        prop_assert_eq!(
+            ingestor.store().dead_letters().unwrap().len(),
+            dead + refused_events as usize
+        );
         // The same group again: nothing new is accepted.
         let again = ingestor.ingest(&incoming, arrival).unwrap();
         prop_assert_eq!(again.stats.samples_new, 0);
@@ -306,7 +314,7 @@ proptest! {
                         .collect();
                     let report = ingestor.as_mut().unwrap().ingest(&incoming, ARRIVAL).unwrap();
                     counted_new += report.stats.events_new;
-                    prop_assert_eq!(report.stats.samples_conflicting, 0);
+                    prop_assert_eq!(report.stats.samples_refused_for(refusal::CONFLICT), 0);
                     for (m, epoch, first, len) in batches {
                         model.extend((first..first + len).map(|seq| (m, epoch, seq)));
                     }

@@ -26,6 +26,7 @@ const SLO_CATALOG: &str = include_str!("../../../docs/slo-catalog.md");
 const RUNBOOK: &str = include_str!("../../../docs/runbook.md");
 const SECURITY: &str = include_str!("../../../docs/security.md");
 const GATEWAY: &str = include_str!("../../../docs/gateway.md");
+const SERIES: &str = include_str!("../../../docs/series.md");
 
 /// The tables of the gateway's file with a row per key in the reference: (dotted table, heading
 /// of its section).
@@ -283,4 +284,46 @@ fn gateway_metrics_named_in_the_operator_documents_are_exported() {
         }
     }
     assert!(checked >= 15, "only {checked} metric references found");
+}
+
+#[test]
+fn the_default_series_budget_is_the_sum_shown_in_the_series_contract() {
+    // The last number of each line of the arithmetic in docs/series.md, "Budget".
+    let sizing = fenced(section(SERIES, "## Budget"), "text");
+    let numbers: Vec<u32> = sizing
+        .lines()
+        .filter_map(|line| line.split_whitespace().last()?.parse().ok())
+        .collect();
+    let [
+        loops,
+        events,
+        throttle,
+        autonomy,
+        energy,
+        version,
+        two,
+        losses,
+        needed,
+        margin,
+        total,
+    ] = numbers[..]
+    else {
+        panic!("unexpected sizing lines: {numbers:?}\n{sizing}");
+    };
+    assert_eq!(loops + events + throttle + autonomy + energy, version);
+    assert_eq!(2 * version, two);
+    assert_eq!(two + losses, needed);
+    assert_eq!(version, margin, "the margin is one more model version");
+    assert_eq!(needed + margin, total);
+    assert_eq!(
+        total,
+        edgewatch_gateway::config::DEFAULT_MAX_SERIES_PER_MACHINE
+    );
+    assert_eq!(
+        Config::from_toml(PACKAGED)
+            .unwrap()
+            .ingest
+            .max_series_per_machine,
+        total
+    );
 }

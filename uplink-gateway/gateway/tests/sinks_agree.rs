@@ -63,7 +63,7 @@ fn history(machine: &str, start_ns: i64, batches: u64) -> Vec<edgewatch_proto::v
                         model: model(),
                         start_time_unix_ns: start_ns,
                         cycles,
-                        misses: cycles / miss_every + (i % 3),
+                        misses: cycles / miss_every + i / 3,
                         ..Default::default()
                     }));
                 }

@@ -381,6 +381,21 @@ impl Selector {
                 .as_ref()
                 .is_none_or(|(label, values)| values.iter().any(|v| v == series.label(label)))
     }
+
+    /// Whether a refusal series ([`metric::REFUSED_SAMPLES`]) is about a series this selector
+    /// matches: it names this metric, and it either carries the matcher's label with a selected
+    /// value or does not carry it at all (the machine's refusals are folded), which counts, so
+    /// a refusal is never lost for want of a label.
+    pub fn matches_refusal(&self, refusal: &Series) -> bool {
+        refusal.metric() == metric::REFUSED_SAMPLES
+            && refusal.label(label::SERIES) == self.metric
+            && self.matcher.as_ref().is_none_or(|(label, values)| {
+                refusal
+                    .labels()
+                    .get(*label)
+                    .is_none_or(|v| values.contains(v))
+            })
+    }
 }
 
 /// How the bad events of an SLI are counted.
@@ -419,12 +434,18 @@ impl Sli {
         }
     }
 
-    /// Every metric the SLI reads.
-    pub(crate) fn metrics(&self) -> [&'static str; 2] {
+    /// Every metric the SLI reads, refusals included.
+    pub(crate) fn metrics(&self) -> [&'static str; 3] {
         let bad = match self.bad() {
             Bad::Counter(s) | Bad::TotalMinusGood(s) => s.metric,
         };
-        [self.total().metric, bad]
+        [self.total().metric, bad, metric::REFUSED_SAMPLES]
+    }
+
+    /// Whether a refusal series is about one of the counters this SLI reads.
+    pub(crate) fn reads_refused(&self, refusal: &Series) -> bool {
+        let (Bad::Counter(counted) | Bad::TotalMinusGood(counted)) = self.bad();
+        self.total().matches_refusal(refusal) || counted.matches_refusal(refusal)
     }
 }
 
@@ -793,6 +814,40 @@ mod tests {
         let mut c = RawCatalog::default();
         c.policy[1].when = PolicyWhen::BudgetBelow;
         assert_eq!(c.validate().unwrap_err().key(), "policy[1].percent");
+    }
+
+    #[test]
+    fn the_counters_of_every_sli_written_by_one_event_are_an_slo_pair_of_the_names() {
+        // Throttled time divides seconds of two different events (throttle and autonomy
+        // counters), so it is no pair: its rows show refusals of either counter.
+        for sli in Catalog::default().slos.iter().map(|s| &s.sli) {
+            let (Bad::Counter(counted) | Bad::TotalMinusGood(counted)) = sli.bad();
+            let pair = (sli.total().metric, counted.metric);
+            match sli {
+                Sli::ThrottledTime { .. } => assert!(!crate::names::SLO_PAIRS.contains(&pair)),
+                _ => assert!(crate::names::SLO_PAIRS.contains(&pair), "{pair:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_counts_for_an_slo_when_its_labels_do_not_say_otherwise() {
+        let refusal = |pairs: &[(&str, &str)]| {
+            let mut labels: crate::Labels = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            labels.insert("__name__".into(), metric::REFUSED_SAMPLES.into());
+            Series::new(labels, [(1, 1.0)])
+        };
+        let sli = Sli::ControlDeadline {
+            loops: vec!["safety".into()],
+        };
+        let missed = metric::CONTROL_MISSED;
+        assert!(sli.reads_refused(&refusal(&[("series", missed), ("loop", "safety")])));
+        assert!(sli.reads_refused(&refusal(&[("series", missed)])));
+        assert!(!sli.reads_refused(&refusal(&[("series", missed), ("loop", "planner")])));
+        assert!(!sli.reads_refused(&refusal(&[("series", metric::CONTROL_SKIPPED)])));
     }
 
     #[test]

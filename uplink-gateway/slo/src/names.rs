@@ -12,13 +12,16 @@
 //!   here, and nowhere else a literal.
 //! - Values never change: a renamed series or label is a new series to every store, and the SLO
 //!   core would stop counting the old one.
-//! - Machine series (event time) are named `edge_*`; series the gateway derives itself (arrival
-//!   time) are named [`metric::GATEWAY_PREFIX`]`*`.
+//! - Machine series (event time) are named `edge_*`; series the gateway derives itself are named
+//!   [`metric::GATEWAY_PREFIX`]`*`, and each says which time stamps it.
+//! - The two counters of an SLO pair ([`SLO_PAIRS`]) come from one event with the same labels, so
+//!   the gateway can check the pair on every event and admit its two series together.
 
 /// Series names.
 pub mod metric {
-    /// Prefix of the series the gateway derives itself (stamped with arrival time); machine
-    /// series start with `edge_`.
+    /// Prefix of the series the gateway derives itself (the freshness counters, stamped with
+    /// arrival time, and [`REFUSED_SAMPLES`]); machine series start with `edge_`. They count
+    /// against no machine's series budget.
     pub const GATEWAY_PREFIX: &str = "edgewatch_";
 
     /// Control-loop cycles (`DeadlineCounters.cycles`), per `loop`, `model`, `model_version`.
@@ -49,6 +52,13 @@ pub mod metric {
     /// Of those, the ones within the freshness limit of the machine's reconnect (timestamp:
     /// arrival).
     pub const SAFETY_EVENTS_FRESH: &str = "edgewatch_safety_events_fresh_total";
+    /// Samples the gateway refused, per refused series and [`super::label::REASON`]: labelled
+    /// with the refused series' own labels (as far as they are valid) and its metric name in
+    /// [`super::label::SERIES`]. Timestamp: the refused sample's event time (arrival, when that
+    /// time is what was wrong). Each refusal is written as a pair, `0` one millisecond before
+    /// the count, so the increase rule (and PromQL's, which reads the drop as a reset) sums
+    /// refusals over any window whatever order they arrived in.
+    pub const REFUSED_SAMPLES: &str = "edgewatch_refused_samples_total";
 }
 
 /// Label names.
@@ -75,6 +85,45 @@ pub mod label {
     pub const TIER: &str = "tier";
     /// Why queue records were lost.
     pub const CAUSE: &str = "cause";
+    /// Why samples were refused (a label of [`super::metric::REFUSED_SAMPLES`], one of
+    /// [`super::refusal::REASONS`]).
+    pub const REASON: &str = "reason";
+    /// The metric name of a refused series (a label of [`super::metric::REFUSED_SAMPLES`]).
+    pub const SERIES: &str = "series";
+}
+
+/// Why the gateway refused samples: the values of [`label::REASON`].
+pub mod refusal {
+    /// The sample would create a series beyond the machine's series budget.
+    pub const SERIES_BUDGET: &str = "series_budget";
+    /// An SLO pair's part exceeds its total in one event (misses above cycles).
+    pub const BAD_OVER_TOTAL: &str = "bad_over_total";
+    /// An increment event's total is zero or below its increment.
+    pub const INCREMENT_INCONSISTENT: &str = "increment_inconsistent";
+    /// A counter is lower than an earlier sample of the same run (same start time).
+    pub const COUNTER_DECREASED: &str = "counter_decreased";
+    /// Stamped later than arrival plus the allowed skew.
+    pub const FUTURE_TIME: &str = "future_time";
+    /// Stamped at or before the Unix epoch, or a counter started after its own event.
+    pub const BAD_TIME: &str = "bad_time";
+    /// A counter value that is negative, NaN or infinite.
+    pub const BAD_VALUE: &str = "bad_value";
+    /// A label value that is not an id (or an unknown enum value).
+    pub const BAD_LABEL: &str = "bad_label";
+    /// Another value is stored at that (series, timestamp).
+    pub const CONFLICT: &str = "conflict";
+    /// Every reason, for metric exposition.
+    pub const REASONS: [&str; 9] = [
+        SERIES_BUDGET,
+        BAD_OVER_TOTAL,
+        INCREMENT_INCONSISTENT,
+        COUNTER_DECREASED,
+        FUTURE_TIME,
+        BAD_TIME,
+        BAD_VALUE,
+        BAD_LABEL,
+        CONFLICT,
+    ];
 }
 
 /// Label values that the gateway writes and the SLO core matches on.
@@ -108,6 +157,16 @@ pub mod value {
 /// Labels every machine series carries.
 pub const BASE_LABELS: [&str; 3] = [label::MACHINE_ID, label::SITE, label::MACHINE_CLASS];
 
+/// SLO pairs `(total, part)`: two counters written together, from one event (or, for the
+/// gateway's own freshness counters, in one step), with the same labels, the part never above
+/// the total. The gateway refuses an event whose part exceeds its total and admits the two series
+/// of a pair together or not at all; a new pair (e.g. activations and deadline misses) plugs in
+/// here.
+pub const SLO_PAIRS: [(&str, &str); 2] = [
+    (metric::CONTROL_CYCLES, metric::CONTROL_MISSED),
+    (metric::SAFETY_EVENTS_RECEIVED, metric::SAFETY_EVENTS_FRESH),
+];
+
 /// Labels an SLO is reported by, in this order. A missing label counts as `""`, as in PromQL.
 pub const GROUP_LABELS: [&str; 4] = [
     label::MACHINE_CLASS,
@@ -137,8 +196,25 @@ mod tests {
         for name in machine {
             assert!(name.starts_with("edge_") && !name.starts_with(metric::GATEWAY_PREFIX));
         }
-        for name in [metric::SAFETY_EVENTS_RECEIVED, metric::SAFETY_EVENTS_FRESH] {
+        for name in [
+            metric::SAFETY_EVENTS_RECEIVED,
+            metric::SAFETY_EVENTS_FRESH,
+            metric::REFUSED_SAMPLES,
+        ] {
             assert!(name.starts_with(metric::GATEWAY_PREFIX));
         }
+    }
+
+    #[test]
+    fn refusal_reasons_are_distinct_label_values() {
+        let mut reasons = refusal::REASONS.to_vec();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), refusal::REASONS.len());
+        assert!(
+            reasons
+                .iter()
+                .all(|r| r.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        );
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! Invariants:
 //! - Columns are aligned for any content; a missing value prints as `-`, never as NaN.
+//! - A row whose samples the gateway refused says `incomplete N` in its DATA column.
 //! - The text ends with a newline and holds no trailing spaces.
 
 use crate::cost::{CostReport, CostSummary};
@@ -88,6 +89,7 @@ pub fn render_slo_text(report: &SloReport) -> String {
         ("PERIOD", Align::Right),
         ("COMPLIANCE", Align::Right),
         ("BUDGET LEFT", Align::Right),
+        ("DATA", Align::Left),
     ];
     headers.extend(windows.iter().map(|w| (w.as_str(), Align::Right)));
     headers.extend([("ALERTS", Align::Left), ("POLICY", Align::Left)]);
@@ -105,6 +107,8 @@ pub fn render_slo_text(report: &SloReport) -> String {
                 r.period.clone(),
                 percent(r.compliance, 4),
                 percent(r.budget_remaining, 1),
+                r.incomplete
+                    .map_or_else(|| "complete".to_owned(), |n| format!("incomplete {n}")),
             ];
             row.extend(
                 r.burn_rates

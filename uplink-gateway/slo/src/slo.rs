@@ -9,6 +9,9 @@
 //!   budget remaining = `1 − error_ratio(period) / budget` (negative once overspent).
 //! - burn rate(w) = `error_ratio(w) / budget`. An alert fires when the burn rate exceeds its
 //!   factor over both its long and its short window (no `for` delay).
+//! - incomplete = the samples of the counters the SLO reads that the gateway refused over the
+//!   period (`edgewatch_refused_samples_total`, attributed by `Sli::reads_refused`); `None`
+//!   when there were none. A group with refusals has a row even when nothing of it was stored.
 //!
 //! Invariants:
 //! - Late samples need no special path: compliance over the period includes every sample whose
@@ -53,6 +56,9 @@ pub struct SloRow {
     pub compliance: Option<f64>,
     /// Share of the period's error budget left (1 = untouched, ≤ 0 = exhausted).
     pub budget_remaining: Option<f64>,
+    /// Samples of this row's counters the gateway refused over the period: the row's numbers
+    /// leave them out. `None` when the row's data is complete.
+    pub incomplete: Option<u64>,
     /// One entry per alert window, in catalog order.
     pub burn_rates: Vec<BurnRate>,
     /// Names of the alerts firing (e.g. `SloErrorBudgetBurn1h5m`).
@@ -120,6 +126,8 @@ struct SloSums {
     total: BTreeMap<GroupKey, Vec<f64>>,
     /// Bad events (`Bad::Counter`) or good events (`Bad::TotalMinusGood`).
     counted: BTreeMap<GroupKey, Vec<f64>>,
+    /// Refused samples of the SLO's counters over the period.
+    refused: BTreeMap<GroupKey, f64>,
 }
 
 impl<'a> Evaluation<'a> {
@@ -139,6 +147,7 @@ impl<'a> Evaluation<'a> {
                     lengths: lengths.into_iter().collect(),
                     total: BTreeMap::new(),
                     counted: BTreeMap::new(),
+                    refused: BTreeMap::new(),
                 }
             })
             .collect();
@@ -152,7 +161,13 @@ impl<'a> Evaluation<'a> {
     /// Adds one whole series; series no SLO reads are ignored.
     pub fn add(&mut self, series: &Series) {
         let lookback = self.catalog.lookback_ms;
-        for sums in &mut self.slos {
+        for (slo, sums) in self.catalog.slos.iter().zip(&mut self.slos) {
+            if slo.sli.reads_refused(series) {
+                let period = Window::ending_at(self.now_ms, slo.period_ms);
+                *sums.refused.entry(GroupKey::of(series)).or_insert(0.0) +=
+                    series.increase(period, lookback);
+                continue;
+            }
             let counted_selector = match &sums.bad {
                 Bad::Counter(sel) | Bad::TotalMinusGood(sel) => sel,
             };
@@ -204,11 +219,18 @@ fn error_ratio(sums: &SloSums, group: &GroupKey, len: i64) -> Option<f64> {
 }
 
 fn evaluate_slo(catalog: &Catalog, slo: &Slo, sums: &SloSums) -> Vec<SloRow> {
-    // Groups come from the total counter; a bad counter without totals still shows (no ratio).
-    let groups: BTreeSet<&GroupKey> = match sums.bad {
-        Bad::Counter(_) => sums.total.keys().chain(sums.counted.keys()).collect(),
-        Bad::TotalMinusGood(_) => sums.total.keys().collect(),
-    };
+    // Groups come from the total counter; a bad counter without totals still shows (no ratio),
+    // and so does a group whose samples were refused.
+    let mut groups: BTreeSet<&GroupKey> = sums.total.keys().collect();
+    if let Bad::Counter(_) = sums.bad {
+        groups.extend(sums.counted.keys());
+    }
+    groups.extend(
+        sums.refused
+            .iter()
+            .filter(|(_, n)| **n > 0.0)
+            .map(|(group, _)| group),
+    );
     let budget = slo.budget();
 
     groups
@@ -259,6 +281,11 @@ fn evaluate_slo(catalog: &Catalog, slo: &Slo, sums: &SloSums) -> Vec<SloRow> {
                 bad_events,
                 compliance: period_ratio.map(|r| 1.0 - r),
                 budget_remaining,
+                incomplete: sums
+                    .refused
+                    .get(group)
+                    .filter(|n| **n > 0.0)
+                    .map(|n| n.round() as u64),
                 alerts_firing: burn_rates
                     .iter()
                     .filter(|b| b.firing)

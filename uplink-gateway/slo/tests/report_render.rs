@@ -64,6 +64,7 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         "TARGET",
         "COMPLIANCE",
         "BUDGET LEFT",
+        "DATA",
         "BURN 1h/5m (14.4x)",
         "BURN 6h/30m (6x)",
         "BURN 3d/6h (1x)",
@@ -91,6 +92,7 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         "30d",
         "99.8000%",
         "-1900.0%",
+        "complete",
         "20.00/20.00",
         "page 1h/5m, page 6h/30m, ticket 3d/6h",
         "halt rollout of det 1.0 to haul at pit-a; freeze rollouts of det 1.0 to class haul",
@@ -130,6 +132,112 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         .unwrap();
     assert_eq!(throttle_row["compliance"], 1.0);
     assert!(throttle_row["burn_rates"][0]["short"].is_number());
+    assert!(row["incomplete"].is_null());
+}
+
+/// Refusals of `series` (a metric name) on model version `version` of the `loop_name` loop: one
+/// pair `(t − 1 ms, 0), (t, n)` per `(t, n)`, as the gateway writes them.
+fn refusals(
+    version: &str,
+    loop_name: &str,
+    series: &str,
+    at: &[(i64, f64)],
+) -> (Labels, Vec<(i64, f64)>) {
+    let mut labels = labels("edgewatch_refused_samples_total", ("loop", loop_name));
+    labels.insert("model_version".into(), version.into());
+    labels.insert("series".into(), series.into());
+    labels.insert("reason".into(), "bad_over_total".into());
+    let samples = at
+        .iter()
+        .flat_map(|&(t, n)| [(t - 1, 0.0), (t, n)])
+        .collect();
+    (labels, samples)
+}
+
+#[test]
+fn refused_samples_make_their_row_say_incomplete_with_the_count() {
+    let t0 = parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+    let now = t0 + 12 * STEP;
+    let mut set = data(t0);
+    // On the row of version 1.0: 2 + 1 refused samples of the safety loop's counters, added in
+    // reverse time order (a late refusal), and one before the period that does not count.
+    for (labels, samples) in [
+        refusals(
+            "1.0",
+            "safety",
+            "edge_control_deadline_missed_total",
+            &[(t0 + 3 * STEP, 1.0)],
+        ),
+        refusals(
+            "1.0",
+            "safety",
+            "edge_control_cycles_total",
+            &[(t0 + 5 * STEP, 1.0), (t0 - 31 * MS_PER_DAY, 9.0)],
+        ),
+        refusals(
+            "1.0",
+            "safety",
+            "edge_control_cycles_total",
+            &[(t0 + 2 * STEP, 1.0)],
+        ),
+        // A loop no SLO reads, and a counter no SLO reads: on no row.
+        refusals(
+            "1.0",
+            "planner",
+            "edge_control_cycles_total",
+            &[(t0 + STEP, 7.0)],
+        ),
+        refusals(
+            "1.0",
+            "safety",
+            "edge_control_skipped_total",
+            &[(t0 + STEP, 7.0)],
+        ),
+        // A version whose every sample was refused still has its row.
+        refusals(
+            "2.0",
+            "safety",
+            "edge_control_cycles_total",
+            &[(t0 + STEP, 4.0)],
+        ),
+        refusals(
+            "2.0",
+            "safety",
+            "edge_control_deadline_missed_total",
+            &[(t0 + STEP, 4.0)],
+        ),
+    ] {
+        set.add(labels, samples);
+    }
+    let report = evaluate(&Catalog::default(), &set, now);
+    let json = serde_json::to_value(&report).unwrap();
+    let row = |slo: &str, version: &str| {
+        json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["slo"] == slo && r["model_version"] == version)
+            .unwrap_or_else(|| panic!("no {slo} row for {version}: {json:#}"))
+            .clone()
+    };
+    assert_eq!(row("safety-control", "1.0")["incomplete"], 3);
+    assert_eq!(row("safety-control", "1.0")["total_events"], 7500.0 * 12.0);
+    let refused_only = row("safety-control", "2.0");
+    assert_eq!(refused_only["incomplete"], 8);
+    assert_eq!(refused_only["total_events"], 0.0);
+    assert!(refused_only["compliance"].is_null());
+    assert!(row("gpu-throttled-time", "1.0")["incomplete"].is_null());
+    assert_eq!(json["rows"].as_array().unwrap().len(), 3, "{json:#}");
+
+    let text = render_slo_text(&report);
+    let line = |version: &str| {
+        text.lines()
+            .find(|l| l.starts_with("safety-control") && l.contains(&format!(" {version} ")))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(line("1.0").contains("incomplete 3"), "{text}");
+    assert!(line("2.0").contains("incomplete 8"), "{text}");
 }
 
 #[test]

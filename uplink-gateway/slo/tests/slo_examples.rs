@@ -403,8 +403,8 @@ fn required_series_cover_the_period_plus_the_base_lookback_for_each_metric() {
     assert_eq!(cycles.promql(), "edge_control_cycles_total[43210m]");
     assert_eq!(
         needs.len(),
-        6,
-        "cycles, misses, received, fresh, autonomy, throttle"
+        7,
+        "cycles, misses, refusals, received, fresh, autonomy, throttle"
     );
     assert!(needs.iter().all(|n| n.range_ms == cycles.range_ms));
 }

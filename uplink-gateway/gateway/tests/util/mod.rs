@@ -205,6 +205,48 @@ impl Gateway {
             ));
         }
         config.push_str(&spec.extra_tables);
+        Self::launch(dir, config, metrics)
+    }
+
+    /// Starts the binary on the packaged configuration (`config/gateway.toml`, every key at its
+    /// default), with only its PROVISION lines filled in for this test: the broker, the client
+    /// id, the store in `dir`, a free `/metrics` port, and, when given, a `[remote_write]` table
+    /// holding only its URL.
+    pub fn start_packaged(
+        dir: &Path,
+        broker: SocketAddr,
+        client_id: &str,
+        remote_write_url: Option<&str>,
+    ) -> Self {
+        let metrics = free_addr();
+        let packaged = include_str!("../../config/gateway.toml");
+        let mut config: String = packaged
+            .lines()
+            .map(|line| {
+                let value = |key: &str| line.starts_with(&format!("{key} = "));
+                if value("host") {
+                    "host = \"127.0.0.1\"".to_owned()
+                } else if value("port") {
+                    format!("port = {}", broker.port())
+                } else if value("client_id") {
+                    format!("client_id = \"{client_id}\"")
+                } else if value("path") {
+                    format!("path = \"{}\"", dir.join("store.redb").display())
+                } else if value("listen") {
+                    format!("listen = \"{metrics}\"")
+                } else {
+                    line.to_owned()
+                }
+            })
+            .map(|line| line + "\n")
+            .collect();
+        if let Some(url) = remote_write_url {
+            config.push_str(&format!("\n[remote_write]\nurl = \"{url}\"\n"));
+        }
+        Self::launch(dir, config, metrics)
+    }
+
+    fn launch(dir: &Path, config: String, metrics: SocketAddr) -> Self {
         let config_file = dir.join("gateway.toml");
         std::fs::write(&config_file, config).unwrap();
         let log = dir.join("gateway.log");
