@@ -184,6 +184,18 @@ fn mode_label(value: i32) -> Option<&'static str> {
     }
 }
 
+/// The `source` of an intervention or a safe stop: `Some(None)` for what counts nothing, a socket
+/// submission from an agent before sources (no source, total 0), which must not interleave with
+/// the probe's totals; `None` for an unknown source.
+fn source_label(source: i32, total: u64) -> Option<Option<&'static str>> {
+    match v1::EventSource::try_from(source).ok()? {
+        v1::EventSource::Local => Some(Some(value::LOCAL)),
+        v1::EventSource::Probe => Some(Some(value::PROBE)),
+        v1::EventSource::Unspecified if total > 0 => Some(Some(value::PROBE)),
+        v1::EventSource::Unspecified => Some(None),
+    }
+}
+
 fn tier_label(value: i32) -> Option<&'static str> {
     edgewatch_proto::tier::name(v1::Tier::try_from(value).ok()?)
 }
@@ -330,10 +342,18 @@ pub fn normalize_event(
             );
         }
         event::Kind::Intervention(i) => {
-            let Some((model, version)) = model_labels(i.model.as_ref()) else {
+            let (Some((model, version)), Some(source)) = (
+                model_labels(i.model.as_ref()),
+                source_label(i.source, i.total),
+            ) else {
                 return bad_label(stats);
             };
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            let Some(source) = source else { return };
+            let labels = [
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+                (label::SOURCE, source),
+            ];
             push(
                 base.key(metric::INTERVENTIONS, &labels),
                 i.total as f64,
@@ -341,10 +361,18 @@ pub fn normalize_event(
             );
         }
         event::Kind::SafeStop(s) => {
-            let Some((model, version)) = model_labels(s.model.as_ref()) else {
+            let (Some((model, version)), Some(source)) = (
+                model_labels(s.model.as_ref()),
+                source_label(s.source, s.total),
+            ) else {
                 return bad_label(stats);
             };
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            let Some(source) = source else { return };
+            let labels = [
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+                (label::SOURCE, source),
+            ];
             push(base.key(metric::SAFE_STOPS, &labels), s.total as f64, stats);
         }
         event::Kind::ThrottleCounters(t) => {
@@ -565,6 +593,57 @@ mod tests {
         assert!(out[0].series.contains("model=\"unknown\""));
         assert_eq!(stats.bad_label_events, 1);
         assert_eq!(stats.bad_values, 1);
+    }
+
+    #[test]
+    fn interventions_of_the_probe_and_of_the_socket_are_separate_series() {
+        use edgewatch_proto::v1::{EventSource, Intervention};
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let intervention = |total, source: EventSource| Event {
+            seq: 1,
+            event_time_unix_ns: ARRIVAL,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::Intervention(Intervention {
+                total,
+                delta: 1,
+                source: source as i32,
+                ..Intervention::default()
+            })),
+        };
+        let mut stats = NormalizeStats::default();
+        let mut out = Vec::new();
+        for (total, source) in [
+            (2, EventSource::Probe),
+            (5, EventSource::Local),
+            (3, EventSource::Unspecified),
+            // A submission through an agent from before sources: it counts nothing.
+            (0, EventSource::Unspecified),
+        ] {
+            normalize_event(
+                &base,
+                &intervention(total, source),
+                ARRIVAL,
+                0,
+                &mut stats,
+                &mut out,
+            );
+        }
+        let sources: Vec<(&str, f64)> = out
+            .iter()
+            .map(|s| {
+                let source = if s.series.contains("source=\"local\"") {
+                    "local"
+                } else if s.series.contains("source=\"probe\"") {
+                    "probe"
+                } else {
+                    "none"
+                };
+                (source, s.value)
+            })
+            .collect();
+        assert_eq!(sources, [("probe", 2.0), ("local", 5.0), ("probe", 3.0)]);
+        assert_eq!(stats, NormalizeStats::default());
     }
 
     #[test]
