@@ -38,8 +38,8 @@ use edgewatch_harness::collector::{Collector, Received};
 use edgewatch_harness::gateway::GatewayProcess;
 use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_harness::process::Launch;
-use edgewatch_proto::v1::{ProbeState, event::Kind};
-use edgewatch_slo::names::{label, metric};
+use edgewatch_proto::v1::{EventSource, ProbeState, event::Kind};
+use edgewatch_slo::names::{label, metric, value};
 use serde_json::Value;
 use util::{BIN, wait_until};
 
@@ -65,12 +65,18 @@ fn agent_config(dir: &Path, broker: SocketAddr, probe: &Path) -> String {
     for (from, to) in [
         ("id = \"unprovisioned\"", format!("id = \"{MACHINE}\"")),
         ("site = \"unassigned\"", "site = \"pit-3\"".to_owned()),
-        ("class = \"unclassified\"", "class = \"haul-truck\"".to_owned()),
+        (
+            "class = \"unclassified\"",
+            "class = \"haul-truck\"".to_owned(),
+        ),
         (
             "dir = \"/var/lib/edgewatch-agent\"",
             format!("dir = \"{}\"", dir.join("queue").display()),
         ),
-        ("host = \"broker.invalid\"", "host = \"127.0.0.1\"".to_owned()),
+        (
+            "host = \"broker.invalid\"",
+            "host = \"127.0.0.1\"".to_owned(),
+        ),
         ("port = 8883", format!("port = {}", broker.port())),
         ("cores = [0, 1]", "cores = []".to_owned()),
         ("#idle_priority = true", "idle_priority = false".to_owned()),
@@ -134,7 +140,8 @@ impl Rig {
             .tempdir()
             .unwrap();
         let broker = Mosquitto::start().unwrap();
-        let metrics = edgewatch_harness::net::loopback(edgewatch_harness::net::free_port().unwrap());
+        let metrics =
+            edgewatch_harness::net::loopback(edgewatch_harness::net::free_port().unwrap());
         let store = dir.path().join("gateway-store.redb");
         let gateway_config = dir.path().join("gateway.toml");
         std::fs::write(
@@ -233,7 +240,10 @@ impl Rig {
     /// Waits until the gateway has taken in every event the broker carried (new or duplicate).
     fn settle_gateway(&self) {
         let caught_up = wait_until(SETTLE, || {
-            let seen = self.gateway.metric("edgewatch_gateway_events_total").unwrap_or(0.0)
+            let seen = self
+                .gateway
+                .metric("edgewatch_gateway_events_total")
+                .unwrap_or(0.0)
                 + self
                     .gateway
                     .metric("edgewatch_gateway_events_duplicate_total")
@@ -338,15 +348,22 @@ fn distinct(received: Vec<Received>) -> Vec<Received> {
         .collect()
 }
 
-/// The loop's `DeadlineCounters` as published, per series (producer epoch, model version,
-/// start), in event-time order: (activations, deadline misses).
-fn published_series(received: &[Received]) -> BTreeMap<(u64, String, i64), Vec<(i64, u64, u64)>> {
-    let mut series: BTreeMap<_, Vec<(i64, u64, u64)>> = BTreeMap::new();
+/// A published series: (producer epoch, model version, start).
+type SeriesId = (u64, String, i64);
+/// Its values in event-time order: (event time, activations, deadline misses).
+type Published = BTreeMap<SeriesId, Vec<(i64, u64, u64)>>;
+
+/// The loop's `DeadlineCounters` as published, per series.
+fn published_series(received: &[Received]) -> Published {
+    let mut series = Published::new();
     for r in received {
         if let Some(Kind::DeadlineCounters(c)) = &r.event.kind
             && loop_of(c.control_loop.as_ref()) == LOOP
         {
-            let version = c.model.as_ref().map_or(String::new(), |m| m.version.clone());
+            let version = c
+                .model
+                .as_ref()
+                .map_or(String::new(), |m| m.version.clone());
             series
                 .entry((c.producer_epoch, version, c.start_time_unix_ns))
                 .or_default()
@@ -365,10 +382,7 @@ fn published_series(received: &[Received]) -> BTreeMap<(u64, String, i64), Vec<(
 
 /// Checks that no published series ever went down and that their last values add up to
 /// `tally`; returns the series.
-fn check_published(
-    received: &[Received],
-    tally: &Tally,
-) -> BTreeMap<(u64, String, i64), Vec<(i64, u64, u64)>> {
+fn check_published(received: &[Received], tally: &Tally) -> Published {
     let series = published_series(received);
     let (mut activations, mut misses) = (0, 0);
     for (key, samples) in &series {
@@ -400,9 +414,7 @@ fn stored(store: &Store, metric: &str) -> Vec<RawSeries> {
             s.labels
                 .iter()
                 .any(|(n, v)| n == label::MACHINE_ID && v == MACHINE)
-                && s.labels
-                    .iter()
-                    .all(|(n, v)| n != label::LOOP || v == LOOP)
+                && s.labels.iter().all(|(n, v)| n != label::LOOP || v == LOOP)
         })
         .collect()
 }
@@ -451,7 +463,7 @@ fn gateway_total(
 }
 
 fn probe_source(s: &RawSeries) -> bool {
-    label_of(s, "source").is_none_or(|v| v == "probe")
+    label_of(s, label::SOURCE).is_none_or(|v| v == value::PROBE)
 }
 
 /// Checks the gateway's totals of the loop's counters against `tally`.
@@ -489,7 +501,11 @@ fn busy_pattern(seconds: u32) -> String {
             t * 25 + 20,
         ));
         if t % 10 == 5 {
-            script.push_str(&format!("mode manual at {}s\nmode autonomous at {}s\n", t, t + 2));
+            script.push_str(&format!(
+                "mode manual at {}s\nmode autonomous at {}s\n",
+                t,
+                t + 2
+            ));
         }
         t += 4;
     }
@@ -593,10 +609,14 @@ fn a_producer_restart_is_counted_with_no_refused_sample_and_both_epochs_tallies(
 /// `edgewatch-agent emit` of an intervention, with a submission id when given.
 fn emit_intervention(config: &Path, id: Option<&str>) -> String {
     let mut command = Command::new(BIN);
-    command
-        .args(["emit", "--config"])
-        .arg(config)
-        .args(["--tier", "safety", "--kind", "intervention", "--attr", "reason=obstacle"]);
+    command.args(["emit", "--config"]).arg(config).args([
+        "--tier",
+        "safety",
+        "--kind",
+        "intervention",
+        "--attr",
+        "reason=obstacle",
+    ]);
     if let Some(id) = id {
         command.args(["--id", id]);
     }
@@ -635,7 +655,7 @@ fn three_interventions_emitted_over_the_socket_count_three_beside_the_probes() {
     rig.settle_gateway();
 
     let store = rig.gateway_store();
-    let local = |s: &RawSeries| label_of(s, "source") == Some("local");
+    let local = |s: &RawSeries| label_of(s, label::SOURCE) == Some(value::LOCAL);
     assert_eq!(
         gateway_total(&store, metric::INTERVENTIONS, local, true),
         4,
@@ -665,15 +685,18 @@ fn a_retried_submission_counts_once_and_is_answered_as_the_original() {
         let local: Vec<u64> = distinct(rig.collector.snapshot())
             .iter()
             .filter_map(|r| match &r.event.kind {
-                Some(Kind::Intervention(i)) if i.delta > 0 => Some(i.total),
+                Some(Kind::Intervention(i)) if i.source() == EventSource::Local => Some(i.total),
                 _ => None,
             })
             .collect();
         local == [1, 2]
     });
-    assert!(published, "two interventions, totals 1 and 2, were not published");
+    assert!(
+        published,
+        "two interventions, totals 1 and 2, were not published"
+    );
     rig.settle_gateway();
     let store = rig.gateway_store();
-    let local = |s: &RawSeries| label_of(s, "source") == Some("local");
+    let local = |s: &RawSeries| label_of(s, label::SOURCE) == Some(value::LOCAL);
     assert_eq!(gateway_total(&store, metric::INTERVENTIONS, local, true), 2);
 }
