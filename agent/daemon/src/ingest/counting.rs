@@ -15,8 +15,9 @@
 //!   submissions under two models never interleave in one series; a counter never decreases.
 //! - A submission is counted once, after its event is in the queue: the agent sets `total` (its
 //!   counter including this one), `delta` (1) and `source`, whatever the client sent.
-//! - An accepted submission's id is remembered (the last [`MAX_REMEMBERED`]); a submission with a
-//!   remembered id is answered as the original was and counted no more.
+//! - An accepted submission's id is remembered (the last [`MAX_REMEMBERED`]) with the queue
+//!   epoch its sequence number belongs to; a submission with an id remembered in the current
+//!   epoch is answered as the original was and counted no more.
 //! - The counters and ids are staged in the queue's key-value area right after the event's
 //!   append: they are durable with it, so after any crash a restarted agent counts on from the
 //!   last total a durable event carried.
@@ -70,6 +71,9 @@ pub struct Accepted {
     pub tier: i32,
     #[prost(uint64, tag = "3")]
     pub seq: u64,
+    /// The queue epoch `seq` belongs to.
+    #[prost(fixed64, tag = "4")]
+    pub epoch: u64,
 }
 
 /// What a prepared submission will count, once its event is queued.
@@ -88,12 +92,13 @@ impl LocalCounts {
             .unwrap_or_default()
     }
 
-    /// The reply given to an accepted submission with this id, if remembered.
-    pub fn accepted(&self, id: &str) -> Option<(Tier, u64)> {
+    /// The reply given to an accepted submission with this id, if remembered in the queue's
+    /// current `epoch` (a replaced queue's numbers mean nothing any more).
+    pub fn accepted(&self, id: &str, epoch: u64) -> Option<(Tier, u64)> {
         self.accepted
             .iter()
             .rev()
-            .find(|a| a.id == id)
+            .find(|a| a.id == id && a.epoch == epoch)
             .map(|a| (Tier::try_from(a.tier).unwrap_or(Tier::Safety), a.seq))
     }
 
@@ -141,9 +146,14 @@ impl LocalCounts {
         })
     }
 
-    /// Counts a prepared submission whose event was queued as `seq` of `tier`, remembering its
-    /// id if it has one.
-    pub fn commit(&mut self, prepared: Prepared, id: Option<&str>, tier: Tier, seq: u64) {
+    /// Counts a prepared submission whose event was queued as `seq` of `tier` in queue `epoch`,
+    /// remembering its id if it has one.
+    pub fn commit(
+        &mut self,
+        prepared: Prepared,
+        id: Option<&str>,
+        (tier, seq, epoch): (Tier, u64, u64),
+    ) {
         let position = self.counters.iter().position(|c| {
             c.kind == prepared.kind && c.model == prepared.model && c.version == prepared.version
         });
@@ -171,6 +181,7 @@ impl LocalCounts {
                 id: id.to_owned(),
                 tier: tier as i32,
                 seq,
+                epoch,
             });
         }
     }
@@ -210,7 +221,7 @@ mod tests {
         seq: u64,
     ) -> (u64, u64, i32) {
         let prepared = counts.prepare(&mut kind).unwrap();
-        counts.commit(prepared, id, Tier::Safety, seq);
+        counts.commit(prepared, id, (Tier::Safety, seq, 5));
         total(&kind)
     }
 
@@ -250,11 +261,13 @@ mod tests {
     fn a_remembered_id_gets_the_original_reply_across_a_restart() {
         let mut counts = LocalCounts::default();
         count(&mut counts, intervention(None), Some("op-1"), 41);
-        assert_eq!(counts.accepted("op-1"), Some((Tier::Safety, 41)));
-        assert_eq!(counts.accepted("op-2"), None);
+        assert_eq!(counts.accepted("op-1", 5), Some((Tier::Safety, 41)));
+        assert_eq!(counts.accepted("op-2", 5), None);
         let again = LocalCounts::from_kept(Some(&counts.encode_to_vec()));
         assert_eq!(again, counts);
-        assert_eq!(again.accepted("op-1"), Some((Tier::Safety, 41)));
+        assert_eq!(again.accepted("op-1", 5), Some((Tier::Safety, 41)));
+        // A queue replaced since (quarantine): its sequence numbers are not the original's.
+        assert_eq!(again.accepted("op-1", 6), None);
         assert_eq!(
             LocalCounts::from_kept(Some(b"\xff\xff")),
             LocalCounts::default()
@@ -268,10 +281,10 @@ mod tests {
             count(&mut counts, intervention(None), Some(&format!("id-{i}")), i);
         }
         assert_eq!(counts.accepted.len(), MAX_REMEMBERED);
-        assert_eq!(counts.accepted("id-0"), None);
+        assert_eq!(counts.accepted("id-0", 5), None);
         assert!(
             counts
-                .accepted(&format!("id-{}", MAX_REMEMBERED + 9))
+                .accepted(&format!("id-{}", MAX_REMEMBERED + 9), 5)
                 .is_some()
         );
         for v in 0..MAX_COUNTERS + 5 {

@@ -288,8 +288,11 @@ fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, 
         .kind
         .as_mut()
         .and_then(|kind| counting.counts.prepare(kind));
+    let epoch = spool.queue().epoch();
     if prepared.is_some()
-        && let Some(original) = id.as_deref().and_then(|id| counting.counts.accepted(id))
+        && let Some(original) = id
+            .as_deref()
+            .and_then(|id| counting.counts.accepted(id, epoch))
     {
         // A retry of a submission already in the queue: the same answer, nothing counted again.
         return Ok(original);
@@ -298,7 +301,9 @@ fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, 
         .append(tier, &event)
         .map_err(|error| error.to_string())?;
     if let Some(prepared) = prepared {
-        counting.counts.commit(prepared, id.as_deref(), tier, seq);
+        counting
+            .counts
+            .commit(prepared, id.as_deref(), (tier, seq, spool.queue().epoch()));
         counting.kept.clear();
         // Encoding into a Vec cannot run out of room.
         let _ = counting.counts.encode(&mut counting.kept);
