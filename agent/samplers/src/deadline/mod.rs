@@ -202,8 +202,8 @@ impl DeadlineSampler {
         }
     }
 
-    /// The key a probe's state is kept under: `deadline/` and its path (a long path is
-    /// shortened to its last 160 bytes and a hash of the whole).
+    /// The key a probe's state is kept under: `deadline/` and its path (a path longer than 200
+    /// bytes is shortened to a hash of the whole and its last 160 bytes).
     pub fn state_key(path: &Path) -> String {
         let bytes = path.as_os_str().as_bytes();
         let text = String::from_utf8_lossy(bytes);
@@ -214,15 +214,11 @@ impl DeadlineSampler {
         let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
         });
-        let tail: String = text
-            .chars()
-            .rev()
-            .take(160)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        format!("deadline/{hash:016x}…{tail}")
+        let mut from = text.len() - 160;
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        format!("deadline/{hash:016x}~{}", &text[from..])
     }
 
     /// Takes what an earlier run of the agent kept for each probe, read through `kept` (the

@@ -632,9 +632,9 @@ impl LoopTracker {
     }
 
     /// When the current epoch's last values are stamped if it ends now: its producer's last
-    /// heartbeat (`heartbeat_ns`, CLOCK_MONOTONIC) as wall time, but at least a millisecond (the
-    /// gateway's resolution) after the epoch's last report, and never after `now`. Only the wall
-    /// time moves; `now` without an epoch.
+    /// heartbeat (`heartbeat_ns`, CLOCK_MONOTONIC) as wall time, but not before the epoch's
+    /// series start, at least a millisecond (the gateway's resolution) after the epoch's last
+    /// report, and never after `now`. Only the wall time moves; `now` without an epoch.
     pub fn final_stamp(&self, now: Now, heartbeat_ns: u64) -> Now {
         let Some(e) = &self.epoch else {
             return now;
@@ -644,7 +644,10 @@ impl LoopTracker {
         let heartbeat_wall = now.wall_unix_ns.saturating_sub(behind);
         let after_report = e.last_report_unix_ns.saturating_add(1_000_000);
         Now {
-            wall_unix_ns: heartbeat_wall.max(after_report).min(now.wall_unix_ns),
+            wall_unix_ns: heartbeat_wall
+                .max(e.start_unix_ns)
+                .max(after_report)
+                .min(now.wall_unix_ns),
             monotonic_ns: now.monotonic_ns,
         }
     }

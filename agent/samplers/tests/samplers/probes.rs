@@ -438,3 +438,16 @@ fn a_flush_emits_every_series_and_a_new_sampler_continues_them_from_the_kept_sta
         "the same producer is no restart"
     );
 }
+
+#[test]
+fn a_probe_path_of_any_length_keeps_its_state_under_a_short_distinct_key() {
+    let short = DeadlineSampler::state_key(std::path::Path::new("/dev/shm/steer.probe"));
+    assert_eq!(short, "deadline//dev/shm/steer.probe");
+    let long = |tail: &str| format!("/dev/shm/{}é/{tail}.probe", "a".repeat(300));
+    let a = DeadlineSampler::state_key(std::path::Path::new(&long("steer")));
+    let b = DeadlineSampler::state_key(std::path::Path::new(&long("plan")));
+    assert_ne!(a, b);
+    // The queue's key-value area takes keys of at most 256 bytes.
+    assert!(a.len() <= 256 && b.len() <= 256, "{} {}", a.len(), b.len());
+    assert!(a.ends_with("steer.probe"));
+}
