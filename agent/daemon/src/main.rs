@@ -53,6 +53,10 @@ enum Command {
         /// Attributes as key=value (repeatable).
         #[arg(long = "attr", value_name = "KEY=VALUE")]
         attrs: Vec<String>,
+        /// Submission id (1 to 64 bytes), the same when retrying one submission: the agent
+        /// answers a retry it already accepted as the original and counts it no more.
+        #[arg(long)]
+        id: Option<String>,
     },
 }
 
@@ -125,18 +129,21 @@ fn main() -> ExitCode {
             tier,
             kind,
             attrs,
+            id,
         } => match load(&config) {
-            Ok(config) => match edgewatch_agent::ingest::emit(&config, &tier, &kind, &attrs) {
-                Ok(seq) => {
-                    println!("accepted: {tier} seq {seq}");
-                    Ok(())
+            Ok(config) => {
+                match edgewatch_agent::ingest::emit(&config, &tier, &kind, &attrs, id.as_deref()) {
+                    Ok(seq) => {
+                        println!("accepted: {tier} seq {seq}");
+                        Ok(())
+                    }
+                    Err(edgewatch_agent::ingest::EmitError::Usage(message)) => {
+                        eprintln!("edgewatch-agent emit: {message}");
+                        return ExitCode::from(EXIT_BAD_CONFIG);
+                    }
+                    Err(error) => Err(anyhow::Error::from(error)),
                 }
-                Err(edgewatch_agent::ingest::EmitError::Usage(message)) => {
-                    eprintln!("edgewatch-agent emit: {message}");
-                    return ExitCode::from(EXIT_BAD_CONFIG);
-                }
-                Err(error) => Err(anyhow::Error::from(error)),
-            },
+            }
             Err(code) => return code,
         },
     };

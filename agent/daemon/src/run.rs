@@ -11,7 +11,8 @@
 //!   status::write_loop     status file every second
 //!   health::report_loop    agent health to the debug tier every minute
 //!   this task              SIGTERM/SIGINT, systemd READY and WATCHDOG
-//! SIGTERM ─► stop accepting ─► drain waits briefly for PUBACKs ─► final flush ─► exit 0
+//! SIGTERM ─► stop accepting ─► samplers hand in what they hold ─► drain waits briefly for PUBACKs
+//!         ─► final flush ─► exit 0
 //! ```
 //!
 //! Invariants:
@@ -19,7 +20,8 @@
 //!   `scheduling.idle_priority` is set: placement failures stop it before anything starts.
 //! - One thread does all the work; the queue is shared by reference inside it (the [`Spool`]),
 //!   never locked.
-//! - Whatever the tasks left pending is flushed after they stopped, before the process exits.
+//! - Whatever the tasks left pending is flushed after they stopped, before the process exits:
+//!   the samplers' last counters and the states they keep for the next run among it.
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -16,7 +16,12 @@
 //!   without it.
 //! - The source list for the status file is rewritten at most once a second, in place: no
 //!   allocation once the list has its shape.
-//! - On shutdown the thermal sampler emits what it holds and the tegrastats child is stopped.
+//! - Every sampler hands back what it holds on shutdown, before the daemon's last flush: the
+//!   deadline sampler reads the probes once more and emits every series and the autonomy
+//!   seconds, the thermal sampler its counters; then the tegrastats child is stopped.
+//! - At start the samplers take back what an earlier run kept in the queue's key-value area, so
+//!   that a loop still run by the same producer is counted on exactly; each pass makes room in
+//!   the queue first, so its events and the states kept after them are committed together.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -45,6 +50,13 @@ pub async fn sample_loop(
 ) {
     let mut sampler = DeadlineSampler::new(deadline, clock::now());
     let mut watcher = model.map(ModelWatcher::new);
+    {
+        let queue = spool.queue();
+        sampler.restore(|key| queue.kv(key));
+        if let Some(watcher) = watcher.as_mut() {
+            watcher.restore(queue.kv(ModelWatcher::KEPT_KEY));
+        }
+    }
     let mut sink = SamplerSink::new(spool);
     let mut sysfs = match SysfsReader::open(&thermal.sysfs) {
         Ok(reader) => Some(reader),
@@ -88,6 +100,7 @@ pub async fn sample_loop(
                 let at = clock::instant();
                 if at >= probes_due {
                     probes_due = next_due(probes_due, probe_interval, at);
+                    sink.make_room();
                     let now = clock::now();
                     if let Some(watcher) = watcher.as_mut() {
                         watcher.tick(now, &mut sink);
@@ -98,6 +111,7 @@ pub async fn sample_loop(
                 }
                 if let Some(reader) = sysfs.as_mut().filter(|_| at >= sysfs_due) {
                     sysfs_due = next_due(sysfs_due, sysfs_interval, at);
+                    sink.make_room();
                     let model = watcher.as_ref().and_then(ModelWatcher::current);
                     thermal_sampler.on_sysfs(reader.read(), clock::now(), model, &mut sink);
                 }
@@ -117,8 +131,11 @@ pub async fn sample_loop(
             _ = shutdown.changed() => true,
         };
         if stop {
+            sink.make_room();
+            let now = clock::now();
             let model = watcher.as_ref().and_then(ModelWatcher::current);
-            thermal_sampler.flush(clock::now(), model, &mut sink);
+            sampler.flush(now, model, &mut sink);
+            thermal_sampler.flush(now, model, &mut sink);
             if let Some(source) = tegrastats.as_mut() {
                 source.shutdown().await;
             }

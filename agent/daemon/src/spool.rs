@@ -16,6 +16,9 @@
 //!   waiters wait on its value and the drain wakes on its changes.
 //! - When to flush is the queue's decision (`next_flush_at`, `flush_due`: its group-commit
 //!   intervals); a failed flush is logged and retried 100 ms later.
+//! - What samplers keep across restarts goes into the queue's key-value area, staged after the
+//!   events it describes, so it is durable with them; a sampling pass makes room first
+//!   ([`SamplerSink::make_room`]), so no flush of a full buffer falls between the two.
 
 use std::cell::{Ref, RefCell, RefMut};
 use std::rc::Rc;
@@ -162,8 +165,13 @@ impl Flusher {
     }
 }
 
-/// The spool as the samplers' sink: what a sampler emits is appended, and what the queue refuses
-/// is logged once per hundred.
+/// Appends a sampling pass may make at most: a few per loop, and the thermal sampler's.
+const PASS_RECORDS: usize = 512;
+/// Bytes those appends may take at most.
+const PASS_BYTES: u64 = 1024 * 1024;
+
+/// The spool as the samplers' sink: what a sampler emits is appended, what it keeps is staged in
+/// the queue's key-value area, and what the queue refuses is logged once per hundred.
 pub struct SamplerSink {
     spool: Spool,
     refused: u64,
@@ -173,6 +181,14 @@ impl SamplerSink {
     /// A sink appending to `spool`.
     pub fn new(spool: Spool) -> Self {
         Self { spool, refused: 0 }
+    }
+
+    /// Call before a sampling pass: flushes first if the queue's append buffer could not take a
+    /// pass's events, so that they and the states kept after them share one transaction.
+    pub fn make_room(&mut self) {
+        self.spool
+            .queue_mut()
+            .make_room(PASS_RECORDS, PASS_BYTES, clock::wall());
     }
 }
 
@@ -184,6 +200,12 @@ impl EventSink for SamplerSink {
                 tracing::warn!(%error, ?tier, refused = self.refused, "The queue refused a sampled event.");
             }
             self.refused += 1;
+        }
+    }
+
+    fn keep(&mut self, key: &str, state: &[u8]) {
+        if let Err(error) = self.spool.queue_mut().stage_kv(key, state) {
+            tracing::warn!(%error, key, "A sampler's state was not kept; after a restart it starts again.");
         }
     }
 }

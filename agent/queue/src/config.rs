@@ -57,6 +57,13 @@ pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
 
 /// Capacity of the in-memory index of appends not yet flushed (records, fixed in the type).
 pub const PENDING_CAPACITY: usize = 4096;
+/// Keys the key-value area holds at most: a few per sampler and source, far below this.
+pub const MAX_KV_KEYS: usize = 256;
+/// Longest key of the key-value area, bytes.
+pub const MAX_KV_KEY_BYTES: usize = 256;
+/// Longest value of the key-value area, bytes: a loop's accounting under four model versions
+/// takes a few KiB. With the key count, the area stays under 17 MiB whatever callers stage.
+pub const MAX_KV_VALUE_BYTES: usize = 64 * 1024;
 /// Smallest budget accepted: room for the loss reports an eviction itself appends.
 pub const MIN_BUDGET_BYTES: u64 = 256 * 1024;
 /// Eviction frees this much beyond the limit, so the next flushes' loss reports fit without

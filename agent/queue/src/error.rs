@@ -93,3 +93,30 @@ pub struct ReadError {
     /// What failed.
     pub reason: String,
 }
+
+/// An entry of the key-value area was refused; nothing was staged.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KvError {
+    /// The key is empty or longer than [`crate::config::MAX_KV_KEY_BYTES`].
+    #[error("a key-value key must be 1 to {max} bytes, not {len}")]
+    BadKey {
+        /// The key's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value is longer than [`crate::config::MAX_KV_VALUE_BYTES`].
+    #[error("a key-value value must be at most {max} bytes, not {len}")]
+    TooLarge {
+        /// The value's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The area already holds [`crate::config::MAX_KV_KEYS`] keys and this one is new.
+    #[error("the key-value area holds its maximum of {max} keys")]
+    TooManyKeys {
+        /// The limit.
+        max: usize,
+    },
+}

@@ -4,7 +4,8 @@
 //!
 //! Layout:
 //! - [`queue`]: [`Queue`], the I/O shell: append, flush (group commit), read in strict tier
-//!   order, acknowledge, requeue, status, compaction, quarantine.
+//!   order, acknowledge, requeue, status, compaction, quarantine, and the key-value area whose
+//!   entries are committed with the appends they describe.
 //! - [`config`]: [`RawQueueConfig`] with named defaults, validated into [`QueueConfig`].
 //! - [`record`]: the stored record (CRC32C, append time, the event with its `seq` spliced in).
 //! - [`window`]: pure logic for the offline window (smoothed rates, alarm hysteresis).
@@ -18,6 +19,10 @@
 //!   transaction as the deletion.
 //! - Sequence numbers per tier never repeat within an epoch, across restarts; a store that will
 //!   not open is quarantined and replaced with a new epoch.
+//! - A staged key-value entry is committed by the next flush together with every append still
+//!   waiting, so it is never durable before the appends made ahead of it: after any crash the
+//!   area describes records that are durable. With [`Queue::make_room`] first, the appends made
+//!   before a stage are also never durable without it.
 //!
 //! ```no_run
 //! use std::time::SystemTime;
@@ -47,7 +52,7 @@ pub mod window;
 
 pub use config::{QueueConfig, RawQueueConfig};
 pub use edgewatch_proto::tier::{PerTier, TIERS};
-pub use error::{AppendError, FlushError, QueueError, ReadError};
+pub use error::{AppendError, FlushError, KvError, QueueError, ReadError};
 pub use queue::{BatchLimits, FlushOutcome, OpenReport, Quarantined, Queue, ReadBatch};
 pub use status::{QueueStatus, SnapshotError, TierStatus, read_snapshot};
 pub use store::LOSS_CAUSES;

@@ -1,6 +1,7 @@
 //! The queue: appends buffered in memory, one durable write transaction per flush holding the
-//! appends, the deletions of acknowledged records, expiry, eviction and the loss reports; reads in
-//! strict tier order; quarantine of a store that will not open.
+//! appends, the deletions of acknowledged records, expiry, eviction, the loss reports and the
+//! staged entries of the key-value area; reads in strict tier order; quarantine of a store that
+//! will not open.
 //!
 //! Invariants:
 //! - An append is durable only after the flush that wrote it returned `Ok`; reads hand out only
@@ -9,6 +10,9 @@
 //!   corruption); each loss's counter and its `QueueLoss` report are written in the transaction
 //!   that deleted the records.
 //! - Safety records are evicted only when the safety tier alone exceeds its own share.
+//! - A key-value entry is staged in memory and written by the next commit with every append
+//!   still waiting: never durable before an append made ahead of it. A failed commit keeps it
+//!   staged; a quarantine writes the whole area into the fresh store.
 //! - The queue reads no clock and spawns nothing: every time is an argument.
 
 use std::ops::RangeInclusive;
@@ -20,8 +24,11 @@ use edgewatch_proto::tier::{self, PerTier, TIERS};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
 
-use crate::config::{LOSS_RESERVE_BYTES, PENDING_CAPACITY, QueueConfig, RawQueueConfig};
-use crate::error::{AppendError, FlushError, QueueError, ReadError};
+use crate::config::{
+    LOSS_RESERVE_BYTES, MAX_KV_KEY_BYTES, MAX_KV_KEYS, MAX_KV_VALUE_BYTES, PENDING_CAPACITY,
+    QueueConfig, RawQueueConfig,
+};
+use crate::error::{AppendError, FlushError, KvError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
 use crate::store::{
@@ -257,6 +264,18 @@ impl LossLedger {
     }
 }
 
+/// One entry of the key-value area as the queue holds it: the whole area lives in memory (it is
+/// small, see [`MAX_KV_KEYS`]) and is read from there.
+#[derive(Debug)]
+struct KvEntry {
+    key: String,
+    value: Vec<u8>,
+    /// False once removed; the entry is dropped when its removal is committed.
+    present: bool,
+    /// Changed since the last commit: written (or removed) by the next one.
+    staged: bool,
+}
+
 /// The durable priority-tiered event queue. See the crate documentation.
 #[derive(Debug)]
 pub struct Queue {
@@ -279,6 +298,8 @@ pub struct Queue {
     unreported: LossLedger,
     /// Ranges dropped by failed flushes, handed to the caller by the next `flush`.
     refused: PerTier<Option<(u64, u64)>>,
+    /// The key-value area: what the store holds, with what is staged for the next commit.
+    kv: Vec<KvEntry>,
     rates: RateEstimator,
     alarm: WindowAlarm,
     /// Append time (unix ms) of each tier's oldest stored record.
@@ -390,6 +411,16 @@ impl Queue {
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
             refused: PerTier::default(),
+            kv: loaded
+                .kv
+                .into_iter()
+                .map(|(key, value)| KvEntry {
+                    key,
+                    value,
+                    present: true,
+                    staged: false,
+                })
+                .collect(),
             rates: RateEstimator::new(rate_tau),
             alarm: WindowAlarm::default(),
             oldest_ms: loaded.oldest_unix_ms,
@@ -696,6 +727,95 @@ impl Queue {
         self.pending.entries.len()
     }
 
+    /// Flushes now unless `records` more appends of `bytes` in all fit in the append buffer. A
+    /// caller about to append events and then stage the key-value entry that describes them
+    /// calls this first: no flush that an `append` runs by itself (a full buffer) then separates
+    /// the events from the entry, so they become durable in one transaction. Returns whether
+    /// the room is there (not while the store is unavailable and the buffer full).
+    pub fn make_room(&mut self, records: usize, bytes: u64, now: SystemTime) -> bool {
+        let fits = |queue: &Queue| {
+            queue.pending.entries.len() + records <= queue.pending.entries.capacity()
+                && queue.pending.bytes.len() as u64 + bytes <= queue.config.get().max_pending_bytes
+        };
+        if fits(self) {
+            return true;
+        }
+        // As an append that finds the buffer full: the caller's next `flush` reports what this
+        // one made durable or dropped.
+        let _ = self.flush_inner(now);
+        fits(self)
+    }
+
+    /// Stages `value` under `key` in the key-value area. The next flush writes it in the same
+    /// transaction as every append still waiting, so it is never durable before the appends
+    /// made ahead of it; until then [`Queue::kv`] already returns it. Staging alone does not make
+    /// a flush due. Allocates only for a key not seen before or a longer value.
+    pub fn stage_kv(&mut self, key: &str, value: &[u8]) -> Result<(), KvError> {
+        if key.is_empty() || key.len() > MAX_KV_KEY_BYTES {
+            return Err(KvError::BadKey {
+                len: key.len(),
+                max: MAX_KV_KEY_BYTES,
+            });
+        }
+        if value.len() > MAX_KV_VALUE_BYTES {
+            return Err(KvError::TooLarge {
+                len: value.len(),
+                max: MAX_KV_VALUE_BYTES,
+            });
+        }
+        let entry = match self.kv.iter().position(|entry| entry.key == key) {
+            Some(i) => &mut self.kv[i],
+            None => {
+                if self.kv.len() >= MAX_KV_KEYS {
+                    return Err(KvError::TooManyKeys { max: MAX_KV_KEYS });
+                }
+                self.kv.push(KvEntry {
+                    key: key.to_owned(),
+                    value: Vec::with_capacity(value.len()),
+                    present: true,
+                    staged: true,
+                });
+                let last = self.kv.len() - 1;
+                &mut self.kv[last]
+            }
+        };
+        entry.value.clear();
+        entry.value.extend_from_slice(value);
+        entry.present = true;
+        entry.staged = true;
+        Ok(())
+    }
+
+    /// Stages the removal of `key` from the key-value area (written like [`Queue::stage_kv`]).
+    pub fn remove_kv(&mut self, key: &str) {
+        if let Some(entry) = self
+            .kv
+            .iter_mut()
+            .find(|entry| entry.key == key && entry.present)
+        {
+            entry.value.clear();
+            entry.present = false;
+            entry.staged = true;
+        }
+    }
+
+    /// The value under `key`: the one staged last, else the one stored (after an open: what the
+    /// last commit before it wrote).
+    pub fn kv(&self, key: &str) -> Option<&[u8]> {
+        self.kv
+            .iter()
+            .find(|entry| entry.key == key && entry.present)
+            .map(|entry| entry.value.as_slice())
+    }
+
+    /// Every key of the key-value area (staged or stored), in no particular order.
+    pub fn kv_keys(&self) -> impl Iterator<Item = &str> {
+        self.kv
+            .iter()
+            .filter(|entry| entry.present)
+            .map(|entry| entry.key.as_str())
+    }
+
     /// Writes every pending append, deletes acknowledged and corrupt records, expires and evicts
     /// as the budgets require, writes the loss reports, all in one durable transaction.
     ///
@@ -758,6 +878,7 @@ impl Queue {
             && self.acks.is_empty()
             && self.corrupt.is_empty()
             && self.unreported.is_empty()
+            && !self.kv.iter().any(|entry| entry.staged)
             && !expiry_due
             && !raise;
         let durable = self.state.next_seq;
@@ -794,6 +915,7 @@ impl Queue {
         let pending = &self.pending;
         let acks = &self.acks;
         let corrupt = &self.corrupt;
+        let kv = &self.kv;
         let scratch = &mut self.scratch;
         let value = &mut self.value;
         let rates = self.rates.rates();
@@ -916,6 +1038,9 @@ impl Queue {
                 insert_event(tx, &mut state, 0, &event, now, scratch, value)?;
                 written.safety += 1;
             }
+            for entry in kv.iter().filter(|entry| entry.staged) {
+                tx.put_kv(&entry.key, entry.present.then_some(entry.value.as_slice()))?;
+            }
             tx.put_state(&state)?;
             for ix in 0..3 {
                 *oldest.at_mut(ix) = tx.tier(ix)?.peek_oldest()?.map(|(_, ms)| ms);
@@ -933,6 +1058,10 @@ impl Queue {
         self.pending.bulk_since = None;
         self.acks.clear();
         self.corrupt.clear();
+        for entry in &mut self.kv {
+            entry.staged = false;
+        }
+        self.kv.retain(|entry| entry.present);
         let durable = self.state.next_seq;
         Ok(FlushOutcome {
             epoch: self.state.epoch,
@@ -1072,6 +1201,11 @@ impl Queue {
         self.corrupt.clear();
         self.acks.clear();
         self.cursor = PerTier::default();
+        // The area in memory is the newest: all of it goes into the fresh store at the next
+        // commit (over what the salvage copied).
+        for entry in &mut self.kv {
+            entry.staged = true;
+        }
         // Renumber the pending appends in the new epoch.
         self.next_seq = state.next_seq;
         let mut bytes = Vec::with_capacity(self.pending.bytes.capacity());
@@ -1302,11 +1436,20 @@ fn quarantine(
             Store::open(&fresh, config.get().cache_bytes).map_err(|e| unavailable(&fresh, &e))?;
         let mut ledger = LossLedger::default();
         ledger.add(0, LossCause::Quarantined, None, broken_bytes);
+        let mut kv = Vec::new();
         if salvage && path.exists() {
             // Whatever the salvage cannot read stays in the quarantined file and is counted.
             let cache = config.get().cache_bytes;
             let _ = contain_panic(AssertUnwindSafe(|| {
-                salvage_into(path, cache, &store, &mut state, &mut ledger, &mut salvaged)
+                salvage_into(
+                    path,
+                    cache,
+                    &store,
+                    &mut state,
+                    &mut ledger,
+                    &mut salvaged,
+                    &mut kv,
+                )
             }));
         }
         let (mut scratch, mut value, mut written) = (Vec::new(), Vec::new(), PerTier::default());
@@ -1321,6 +1464,9 @@ fn quarantine(
                     &mut value,
                     &mut written,
                 )?;
+                for (key, value) in &kv {
+                    tx.put_kv(key, Some(value))?;
+                }
                 tx.put_state(&state)
             })
             .map_err(|e| unavailable(&fresh, &e))?;
@@ -1362,7 +1508,7 @@ fn quarantine(
 }
 
 /// Copies the intact records of the store at `path` into `fresh`, in chunks of a few MiB, and
-/// accounts for what it could not copy.
+/// accounts for what it could not copy; hands back its key-value area if it can be read.
 fn salvage_into(
     path: &Path,
     cache: u64,
@@ -1370,9 +1516,13 @@ fn salvage_into(
     state: &mut Persisted,
     ledger: &mut LossLedger,
     salvaged: &mut PerTier<u64>,
+    kv: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<(), StoreError> {
     const CHUNK_BYTES: usize = 4 * 1024 * 1024;
     let broken = Store::open(path, cache)?;
+    // The area is copied even when the state is unusable (its entries describe records the
+    // salvage keeps or counts); an unreadable area is lost with the file.
+    *kv = broken.kv().unwrap_or_default();
     let old = broken.load().ok().flatten().map(|loaded| loaded.state);
     if let Some(old) = &old {
         state.losses = old.losses;

@@ -1,10 +1,12 @@
 //! The storage boundary: the only module that names redb. Everything the queue needs from a store
-//! is here (ordered `u64 → bytes` tables per tier, a small state record, one atomic durable write
-//! per flush, compaction), so the backend can change without touching the queue's logic.
+//! is here (ordered `u64 → bytes` tables per tier, a small state record, the callers' key-value
+//! area, one atomic durable write per flush, compaction), so the backend can change without
+//! touching the queue's logic.
 //!
 //! Invariants:
 //! - Every `write` commits with `Durability::Immediate`: when it returns `Ok`, the records, the
-//!   deletions and the state written in it survive a power cut; when it fails, none of it happened.
+//!   deletions, the key-value entries and the state written in it survive a power cut; when it
+//!   fails, none of it happened.
 //! - The state record (epoch, next sequence numbers, record and byte counts, loss totals) is
 //!   written in the same transaction as the records it describes.
 //! - redb errors are classified once, here: corruption, a full disk, other I/O, a held lock.
@@ -29,6 +31,8 @@ const TIER_TABLES: [TableDefinition<u64, &[u8]>; 3] = [
 ];
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const LOSSES: TableDefinition<u16, u64> = TableDefinition::new("losses");
+/// The callers' key-value area (absent from stores written before it existed: empty).
+const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
 
 const META_FORMAT: &str = "format";
 const META_EPOCH: &str = "epoch";
@@ -154,6 +158,8 @@ pub struct Loaded {
     pub unaccounted: PerTier<u64>,
     /// Append time of the oldest intact record per tier.
     pub oldest_unix_ms: PerTier<Option<u64>>,
+    /// The key-value area, in key order.
+    pub kv: Vec<(String, Vec<u8>)>,
 }
 
 /// An open store.
@@ -223,7 +229,9 @@ impl Store {
             corrupt: Vec::new(),
             unaccounted: PerTier::default(),
             oldest_unix_ms: PerTier::default(),
+            kv: Vec::new(),
         };
+        loaded.kv = read_kv(&txn)?;
         for (ix, definition) in TIER_TABLES.iter().enumerate() {
             let table = match txn.open_table(*definition) {
                 Ok(table) => table,
@@ -263,6 +271,11 @@ impl Store {
             }
         }
         Ok(Some(loaded))
+    }
+
+    /// The key-value area alone, whatever the state says (for a salvage).
+    pub fn kv(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        read_kv(&self.db.begin_read()?)
     }
 
     /// Visits the records of tier `ix` with `from <= seq < to`, in order, until `visit` returns
@@ -341,6 +354,21 @@ impl Store {
     }
 }
 
+/// The key-value area of a read transaction, in key order (empty when the table does not exist).
+fn read_kv(txn: &redb::ReadTransaction) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    let kv = match txn.open_table(KV) {
+        Ok(kv) => kv,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(error) => return Err(error.into()),
+    };
+    let mut entries = Vec::new();
+    for entry in kv.iter()? {
+        let (key, value) = entry?;
+        entries.push((key.value().to_owned(), value.value().to_vec()));
+    }
+    Ok(entries)
+}
+
 /// Runs `f`, turning a panic into `StoreError::Corrupt`: redb panics only on a file it cannot
 /// make sense of, and the queue answers corruption by quarantine, never by a crash loop.
 pub fn contain_panic<R>(
@@ -389,6 +417,20 @@ impl StoreTx<'_> {
                 if *total > 0 {
                     losses.insert((tier * LOSS_CAUSES + cause) as u16, *total)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `value` under `key` in the key-value area, or removes `key` when `value` is `None`.
+    pub fn put_kv(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        let mut kv = self.txn.open_table(KV)?;
+        match value {
+            Some(value) => {
+                kv.insert(key, value)?;
+            }
+            None => {
+                kv.remove(key)?;
             }
         }
         Ok(())
@@ -462,6 +504,7 @@ impl Loaded {
             corrupt: Vec::new(),
             unaccounted: PerTier::default(),
             oldest_unix_ms: PerTier::default(),
+            kv: Vec::new(),
         }
     }
 }

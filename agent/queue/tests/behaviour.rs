@@ -468,3 +468,70 @@ fn compaction_after_a_drain_shrinks_the_file() {
     queue.flush(at_ms(9004)).unwrap();
     assert_eq!(read_everything(&mut queue).len(), 1);
 }
+
+#[test]
+fn the_key_value_area_is_written_with_the_next_flush_and_bounded() {
+    use edgewatch_queue::KvError;
+    use edgewatch_queue::config::{MAX_KV_KEY_BYTES, MAX_KV_KEYS, MAX_KV_VALUE_BYTES};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    queue.stage_kv("a", b"1").unwrap();
+    assert_eq!(queue.kv("a"), Some(&b"1"[..]), "read back at once");
+    assert!(
+        queue.next_flush_at().is_none(),
+        "staging alone makes no flush due"
+    );
+    let outcome = queue.flush(at_ms(1)).unwrap();
+    assert!(outcome.committed, "an explicit flush writes what is staged");
+    queue.stage_kv("a", b"2").unwrap();
+    queue.stage_kv("b", b"3").unwrap();
+    queue.remove_kv("b");
+    drop(queue);
+    // Not flushed: the last commit's area comes back.
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), at_ms(2)).unwrap();
+    assert_eq!(queue.kv("a"), Some(&b"1"[..]));
+    assert_eq!(queue.kv("b"), None);
+    queue.stage_kv("b", b"3").unwrap();
+    queue.flush(at_ms(3)).unwrap();
+    queue.remove_kv("a");
+    queue.flush(at_ms(4)).unwrap();
+    drop(queue);
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), at_ms(5)).unwrap();
+    assert_eq!(queue.kv_keys().collect::<Vec<_>>(), ["b"]);
+
+    assert_eq!(
+        queue.stage_kv("", b""),
+        Err(KvError::BadKey {
+            len: 0,
+            max: MAX_KV_KEY_BYTES
+        })
+    );
+    assert!(matches!(
+        queue.stage_kv("c", &vec![0; MAX_KV_VALUE_BYTES + 1]),
+        Err(KvError::TooLarge { .. })
+    ));
+    for i in 1..MAX_KV_KEYS {
+        queue.stage_kv(&format!("k{i}"), b"").unwrap();
+    }
+    assert_eq!(
+        queue.stage_kv("one-too-many", b""),
+        Err(KvError::TooManyKeys { max: MAX_KV_KEYS })
+    );
+    queue.stage_kv("b", b"still room for a known key").unwrap();
+}
+
+#[test]
+fn making_room_flushes_only_a_buffer_that_cannot_take_the_next_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("a", 100), at_ms(1))
+        .unwrap();
+    assert!(queue.make_room(16, 64 * 1024, at_ms(2)));
+    assert_eq!(queue.pending_records(), 1, "room enough: nothing flushed");
+    let max = queue.config().max_pending_bytes;
+    assert!(queue.make_room(16, max, at_ms(3)));
+    assert_eq!(queue.pending_records(), 0, "flushed to make room");
+    assert_eq!(queue.durable_seq(Tier::Slo), 1);
+}

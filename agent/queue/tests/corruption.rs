@@ -325,3 +325,36 @@ fn quarantine_keeps_only_the_newest_broken_stores() {
         .count();
     assert_eq!(kept, edgewatch_queue::queue::QUARANTINE_KEEP);
 }
+
+#[test]
+fn a_quarantined_store_hands_its_key_value_area_to_the_fresh_one() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+        queue
+            .append(Tier::Slo, &named_event("counted", 10), at_ms(1))
+            .unwrap();
+        queue.stage_kv("sampler/0", b"counted up to 1").unwrap();
+        queue.flush(at_ms(2)).unwrap();
+    }
+    // The queue's state is damaged (an unknown format), the tables are readable.
+    {
+        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+        txn.open_table(meta).unwrap().insert("format", 99).unwrap();
+        txn.commit().unwrap();
+    }
+    let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(3)).unwrap();
+    assert!(report.quarantined.is_some());
+    assert_eq!(queue.kv("sampler/0"), Some(&b"counted up to 1"[..]));
+    let names: Vec<String> = read_everything(&mut queue)
+        .values()
+        .filter_map(|event| name_of(event).map(str::to_owned))
+        .collect();
+    assert_eq!(
+        names,
+        ["counted"],
+        "the record it describes was salvaged too"
+    );
+}

@@ -3,6 +3,12 @@
 //! only what was flushed when the queue crashes. Every batch, every durable report and every
 //! record count must match.
 //!
+//! The key-value area runs in the same model: entries staged after an append (naming it, as the
+//! agent's samplers name the events their state describes), staged alone, or removed. After every
+//! action the queue's area equals the model's (staged over durable), after a crash only what a
+//! flush made durable survives, and an entry that survived a crash never names an append that did
+//! not.
+//!
 //! A second property runs the same actions with a budget small enough to evict and age limits
 //! short enough to expire, and checks conservation instead of equality: every record ever made
 //! durable is still there, was acknowledged, or is counted as lost.
@@ -49,6 +55,26 @@ enum Action {
     Wait {
         ms: u64,
     },
+    /// Appends an event, then stages key `key` naming it.
+    AppendAndStage {
+        tier: usize,
+        key: usize,
+    },
+    /// Stages key `key` with a value naming no event.
+    Stage {
+        key: usize,
+        len: usize,
+    },
+    RemoveKey {
+        key: usize,
+    },
+}
+
+/// Keys of the key-value area the actions use.
+const KEYS: usize = 3;
+
+fn key_name(key: usize) -> String {
+    format!("sampler/{key}")
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -64,6 +90,9 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Restart),
         1 => Just(Action::Crash),
         1 => (1..5000u64).prop_map(|ms| Action::Wait { ms }),
+        4 => (0..3usize, 0..KEYS).prop_map(|(tier, key)| Action::AppendAndStage { tier, key }),
+        2 => (0..KEYS, 0..2000usize).prop_map(|(key, len)| Action::Stage { key, len }),
+        1 => (0..KEYS).prop_map(|key| Action::RemoveKey { key }),
     ]
 }
 
@@ -83,6 +112,10 @@ struct Model {
     next: [u64; 3],
     acks: Vec<(usize, u64, u64)>,
     cursor: [u64; 3],
+    /// The key-value area as committed.
+    kv_durable: BTreeMap<String, String>,
+    /// Staged since the last flush: a value, or `None` for a removal.
+    kv_staged: BTreeMap<String, Option<String>>,
 }
 
 impl Model {
@@ -101,6 +134,12 @@ impl Model {
     }
 
     fn flush(&mut self) {
+        for (key, value) in std::mem::take(&mut self.kv_staged) {
+            match value {
+                Some(value) => self.kv_durable.insert(key, value),
+                None => self.kv_durable.remove(&key),
+            };
+        }
         for (tier, seq, name) in self.pending.drain(..) {
             self.durable[tier].insert(seq, name);
         }
@@ -114,8 +153,17 @@ impl Model {
     fn crash(&mut self) {
         self.pending.clear();
         self.acks.clear();
+        self.kv_staged.clear();
         self.next = self.durable_next;
         self.cursor = [0; 3];
+    }
+
+    /// The value of `key` the queue must return: staged over durable.
+    fn kv(&self, key: &str) -> Option<&str> {
+        match self.kv_staged.get(key) {
+            Some(staged) => staged.as_deref(),
+            None => self.kv_durable.get(key).map(String::as_str),
+        }
     }
 
     fn ack(&mut self, tier: usize, first: u64, last: u64) {
@@ -166,6 +214,11 @@ impl Model {
 
 fn open(config: &RawQueueConfig, now_ms: u64) -> Queue {
     Queue::open(config.clone(), at_ms(now_ms)).unwrap().0
+}
+
+/// The value staged for the event `name` of `tier` and `seq`.
+fn naming(tier: usize, seq: u64, name: &str) -> String {
+    format!("{tier}:{seq}:{name}")
 }
 
 fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseError> {
@@ -261,11 +314,61 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
                 model.crash();
                 queue = open(&config, now);
                 last_batch = None;
+                // What survived names only records that survived too.
+                for key in 0..KEYS {
+                    let Some(value) = queue.kv(&key_name(key)) else {
+                        continue;
+                    };
+                    let value = std::str::from_utf8(value).unwrap();
+                    let mut parts = value.splitn(3, ':');
+                    let (Some(tier), Some(seq), Some(name)) =
+                        (parts.next(), parts.next(), parts.next())
+                    else {
+                        continue;
+                    };
+                    let (tier, seq): (usize, u64) = (tier.parse().unwrap(), seq.parse().unwrap());
+                    prop_assert!(
+                        seq <= queue.durable_seq(TIERS[tier]),
+                        "entry {} survived the crash, the event it names ({}) did not",
+                        value,
+                        name
+                    );
+                }
             }
             Action::Wait { ms } => now += ms,
+            Action::AppendAndStage { tier, key } => {
+                let name = format!("e{step}");
+                pads.insert(name.clone(), 0);
+                let seq = queue
+                    .append(TIERS[tier], &named_event(&name, 0), at_ms(now))
+                    .unwrap();
+                prop_assert_eq!(seq, model.next[tier]);
+                model.next[tier] += 1;
+                model.pending.push((tier, seq, name.clone()));
+                let value = naming(tier, seq, &name);
+                queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
+                model.kv_staged.insert(key_name(key), Some(value));
+            }
+            Action::Stage { key, len } => {
+                let value = format!("s{step}{}", "x".repeat(len));
+                queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
+                model.kv_staged.insert(key_name(key), Some(value));
+            }
+            Action::RemoveKey { key } => {
+                queue.remove_kv(&key_name(key));
+                if model.kv(&key_name(key)).is_some() {
+                    model.kv_staged.insert(key_name(key), None);
+                }
+            }
         }
         for tier in 0..3 {
             prop_assert_eq!(queue.durable_seq(TIERS[tier]), model.durable_next[tier] - 1);
+        }
+        for key in 0..KEYS {
+            let got = queue
+                .kv(&key_name(key))
+                .map(|v| std::str::from_utf8(v).unwrap());
+            prop_assert_eq!(got, model.kv(&key_name(key)), "key {}", key);
         }
     }
     // Finally everything durable and not acknowledged is read back exactly.
@@ -429,6 +532,20 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
             }
             Action::Requeue => queue.requeue_unacked(),
             Action::Wait { ms } => now += ms * 4,
+            Action::AppendAndStage { tier, key } => {
+                let name = format!("e{step}");
+                let seq = queue
+                    .append(TIERS[tier], &named_event(&name, 0), at_ms(now))
+                    .unwrap();
+                pending.push((tier, seq, name.clone()));
+                let value = naming(tier, seq, &name);
+                queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
+            }
+            Action::Stage { key, len } => {
+                let value = format!("s{step}{}", "x".repeat(len));
+                queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
+            }
+            Action::RemoveKey { key } => queue.remove_kv(&key_name(key)),
         }
     }
     Ok(())

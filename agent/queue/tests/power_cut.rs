@@ -80,6 +80,7 @@ fn records_reported_durable_survive_power_cuts_and_every_loss_is_counted() {
         1,
         "the epoch never changed: no quarantine"
     );
+    assert!(checked.kv_checked, "the key-value area named a record");
     assert!(
         ledger.durable.len() as u64 >= cuts,
         "the children made progress"

@@ -1,7 +1,8 @@
 //! SIGKILL at random moments: a real child process writes through the queue and reports what the
 //! queue made durable; after each kill the next child reopens the queue. Periodically and at the
 //! end the queue is checked against every report: nothing reported durable is lost unless it was
-//! acknowledged or counted as evicted, and no sequence number names two events.
+//! acknowledged or counted as evicted, no sequence number names two events, and the key-value
+//! entry the child stages after each append never names a record that did not survive.
 //!
 //! `EDGEWATCH_QUEUE_KILLS=N` (default 200) sets the number of kills; `EDGEWATCH_QUEUE_SEED` the
 //! seed.
@@ -53,6 +54,7 @@ fn records_reported_durable_survive_sigkill_and_every_loss_is_counted() {
         totals.counted_lost
     );
     assert_eq!(ledger.epochs.len(), 1, "the epoch never changed");
+    assert!(totals.kv_checked, "the key-value area named a record");
     assert!(
         ledger.durable.len() as u64 >= kills,
         "the children made progress"

@@ -7,7 +7,9 @@
 //!   exact however rarely the agent looks; the agent only splits them between model versions,
 //!   at poll resolution: time since the previous poll goes to the model seen at this poll.
 //! - Per model the seconds are cumulative from the series start and never go down within a
-//!   producer epoch; a new producer starts new series (the header's totals restart at zero).
+//!   producer epoch, across agent restarts too (the agent keeps the series and the totals they
+//!   were credited up to); a new producer starts new series (the header's totals restart at
+//!   zero).
 //! - The unknown mode (never reported) is not counted: it has no label on the wire.
 //! - A mode change is reported when a known mode differs from the last known mode; a producer
 //!   restart passing through "unknown" is not a change. Two changes between polls that return
@@ -81,6 +83,29 @@ impl AutonomyLedger {
     /// The mode at the last observation.
     pub fn mode(&self) -> Option<AutonomyMode> {
         self.mode
+    }
+
+    /// The probe's per-mode totals at the last observation (the baseline of the next), for
+    /// keeping across an agent restart.
+    pub fn seen(&self) -> Option<&ModeNs> {
+        self.seen.as_ref()
+    }
+
+    /// Puts back a series an earlier run of the agent kept (after [`AutonomyLedger::start_epoch`]
+    /// with the totals it had seen).
+    pub fn restore_series(
+        &mut self,
+        model: &ModelVersion,
+        start_time_unix_ns: i64,
+        ns: &ModeNs,
+        now_ns: u64,
+    ) {
+        let (i, _) = self
+            .per_model
+            .select(model, start_time_unix_ns, now_ns, || *ns);
+        if let Some(e) = self.per_model.get_mut(i) {
+            e.value = *ns;
+        }
     }
 
     /// Credits the time since the last observation to `model`, evaluating the probe's totals at

@@ -46,6 +46,7 @@ pub fn fill(socket: &Path, count: usize, padding: usize) -> Result<(), BacklogEr
             let submission = LocalSubmission {
                 tier: Tier::Debug as i32,
                 event: Some(custom_event("hil-backlog", id as i64, padding)),
+                ..LocalSubmission::default()
             };
             codec::encode_frame(&submission, &mut out);
             if out.len() > 128 * 1024 {

@@ -365,6 +365,16 @@ pub struct AutonomyModeChange {
     pub current: i32,
     #[prost(string, tag = "3")]
     pub reason: ::prost::alloc::string::String,
+    /// Who reported it: the autonomy-source probe (its mode cell changed) or a process on the local
+    /// socket.
+    #[prost(enumeration = "EventSource", tag = "4")]
+    pub source: i32,
+    /// For LOCAL: the mode changes submitted over this agent's socket, cumulative and kept across
+    /// agent restarts, this one included (one per submission; a retry is not counted again). A
+    /// mode change counts one transition and no time: seconds per mode come only from the probe's
+    /// mode cell (AutonomySeconds). 0 for PROBE.
+    #[prost(uint64, tag = "5")]
+    pub total: u64,
 }
 /// SLO tier. Cumulative seconds per autonomy mode since start: the denominator of cost per
 /// autonomous machine-hour.
@@ -388,9 +398,13 @@ pub struct ModeSeconds {
 /// Safety tier. An operator or supervisor took over from autonomy.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Intervention {
-    /// Cumulative count from the probe header (0 when submitted individually).
+    /// Cumulative count of this `source`: for PROBE, the probe header's counter (producer epoch);
+    /// for LOCAL, the agent's count of socket submissions under this model, kept across agent
+    /// restarts (one per submission, this one included). Agents before `source` sent 0 for
+    /// submissions (UNSPECIFIED): those count nothing.
     #[prost(uint64, tag = "1")]
     pub total: u64,
+    /// Increase since the previous report of this source (1 for a submission).
     #[prost(uint64, tag = "2")]
     pub delta: u64,
     #[prost(string, tag = "3")]
@@ -399,8 +413,11 @@ pub struct Intervention {
     pub mode: i32,
     #[prost(message, optional, tag = "5")]
     pub model: ::core::option::Option<ModelVersion>,
+    /// Who counted it; the two sources are separate counters (and separate series).
+    #[prost(enumeration = "EventSource", tag = "6")]
+    pub source: i32,
 }
-/// Safety tier. The machine brought itself to a safe stop.
+/// Safety tier. The machine brought itself to a safe stop. Counted as Intervention is.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct SafeStop {
     #[prost(uint64, tag = "1")]
@@ -413,6 +430,8 @@ pub struct SafeStop {
     pub mode: i32,
     #[prost(message, optional, tag = "5")]
     pub model: ::core::option::Option<ModelVersion>,
+    #[prost(enumeration = "EventSource", tag = "6")]
+    pub source: i32,
 }
 /// Safety tier. A different model is now running.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -833,6 +852,39 @@ impl ThrottleCause {
         }
     }
 }
+/// Who reported an event that both a control loop's probe and local processes can report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum EventSource {
+    /// An agent from before this field: a probe's counter, or a socket submission (total 0).
+    Unspecified = 0,
+    /// The probe header of a control loop, read by the agent.
+    Probe = 1,
+    /// A process on the machine, through the agent's local socket; the agent counts these itself.
+    Local = 2,
+}
+impl EventSource {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EVENT_SOURCE_UNSPECIFIED",
+            Self::Probe => "EVENT_SOURCE_PROBE",
+            Self::Local => "EVENT_SOURCE_LOCAL",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EVENT_SOURCE_UNSPECIFIED" => Some(Self::Unspecified),
+            "EVENT_SOURCE_PROBE" => Some(Self::Probe),
+            "EVENT_SOURCE_LOCAL" => Some(Self::Local),
+            _ => None,
+        }
+    }
+}
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum LossCause {
@@ -978,13 +1030,21 @@ pub struct MachineStatus {
     #[prost(string, tag = "8")]
     pub machine_class: ::prost::alloc::string::String,
 }
-/// Client to agent. `event.seq` is ignored: the queue assigns sequence numbers.
+/// Client to agent. `event.seq` is ignored: the queue assigns sequence numbers. For an
+/// intervention, a safe stop or a mode change the agent sets `total`, `delta` and `source`
+/// itself (its own count of submissions); whatever the client put there is replaced.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct LocalSubmission {
     #[prost(enumeration = "Tier", tag = "1")]
     pub tier: i32,
     #[prost(message, optional, tag = "2")]
     pub event: ::core::option::Option<Event>,
+    /// Optional, chosen by the client (1 to 64 bytes), the same for every retry of one submission.
+    /// The agent remembers the ids of the last 256 interventions, safe stops and mode changes it
+    /// accepted (across restarts): a submission with a remembered id is answered as the original
+    /// was and is not queued or counted again. Without an id every submission counts.
+    #[prost(string, tag = "3")]
+    pub submission_id: ::prost::alloc::string::String,
 }
 /// Agent to client, one per submission, in order.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -250,6 +250,16 @@ fn mode_label(value: i32) -> Option<&'static str> {
     }
 }
 
+/// The `source` label of an intervention or a safe stop: who counted it. The probe and the agent
+/// (for the local socket) each keep a counter of their own, so they are separate series. An event
+/// of an agent from before sources is the probe's; `None` for an unknown source.
+fn source_label(source: i32) -> Option<&'static str> {
+    match v1::EventSource::try_from(source).ok()? {
+        v1::EventSource::Local => Some(value::LOCAL),
+        v1::EventSource::Probe | v1::EventSource::Unspecified => Some(value::PROBE),
+    }
+}
+
 fn tier_label(value: i32) -> Option<&'static str> {
     edgewatch_proto::tier::name(v1::Tier::try_from(value).ok()?)
 }
@@ -419,7 +429,11 @@ pub fn normalize_event(
         }
         event::Kind::Intervention(i) => {
             let (model, version) = model_labels(i.model.as_ref());
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            let labels = [
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+                (label::SOURCE, source_label(i.source)),
+            ];
             b.push(metric::INTERVENTIONS, &labels, i.total as f64);
             Origin::Increment {
                 total: i.total,
@@ -428,7 +442,11 @@ pub fn normalize_event(
         }
         event::Kind::SafeStop(stop) => {
             let (model, version) = model_labels(stop.model.as_ref());
-            let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
+            let labels = [
+                (label::MODEL, model),
+                (label::MODEL_VERSION, version),
+                (label::SOURCE, source_label(stop.source)),
+            ];
             b.push(metric::SAFE_STOPS, &labels, stop.total as f64);
             Origin::Increment {
                 total: stop.total,
@@ -744,6 +762,47 @@ mod tests {
                 refusal::INCREMENT_INCONSISTENT
             );
         }
+    }
+
+    #[test]
+    fn interventions_of_the_probe_and_of_the_socket_are_separate_series() {
+        let intervention = |total, source: v1::EventSource| Event {
+            seq: 1,
+            event_time_unix_ns: ARRIVAL,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::Intervention(v1::Intervention {
+                total,
+                delta: 1,
+                source: source as i32,
+                ..Default::default()
+            })),
+        };
+        let sources: Vec<(&str, f64)> = [
+            (2, v1::EventSource::Probe),
+            (5, v1::EventSource::Local),
+            // An agent from before sources: only its probe filled a total.
+            (3, v1::EventSource::Unspecified),
+        ]
+        .into_iter()
+        .map(|(total, source)| {
+            let sample = counted(&intervention(total, source), ARRIVAL, 0).values[0].clone();
+            let source = if sample.series.contains("source=\"local\"") {
+                "local"
+            } else if sample.series.contains("source=\"probe\"") {
+                "probe"
+            } else {
+                "none"
+            };
+            (source, sample.value)
+        })
+        .collect();
+        assert_eq!(sources, [("probe", 2.0), ("local", 5.0), ("probe", 3.0)]);
+        // A socket submission of an agent from before sources carries no total: refused (and
+        // shown as a refusal), never stored as a zero among the probe's totals.
+        assert_eq!(
+            refused(&intervention(0, v1::EventSource::Unspecified), ARRIVAL, 0).reason,
+            refusal::INCREMENT_INCONSISTENT
+        );
     }
 
     #[test]

@@ -32,9 +32,9 @@ pub mod metric {
     pub const CONTROL_SKIPPED: &str = "edge_control_skipped_total";
     /// Safety fallbacks (`SafetyFallback.total`), same labels.
     pub const SAFETY_FALLBACKS: &str = "edge_safety_fallbacks_total";
-    /// Interventions (`Intervention.total`), per `model`, `model_version`.
+    /// Interventions (`Intervention.total`), per `model`, `model_version`, `source`.
     pub const INTERVENTIONS: &str = "edge_interventions_total";
-    /// Safe stops (`SafeStop.total`), per `model`, `model_version`.
+    /// Safe stops (`SafeStop.total`), per `model`, `model_version`, `source`.
     pub const SAFE_STOPS: &str = "edge_safe_stops_total";
     /// Thermally throttled seconds (`ThrottleCounters.components[].throttled_seconds`), per
     /// `component`, `model`, `model_version`.
@@ -90,6 +90,9 @@ pub mod label {
     pub const REASON: &str = "reason";
     /// The metric name of a refused series (a label of [`super::metric::REFUSED_SAMPLES`]).
     pub const SERIES: &str = "series";
+    /// Who counted an intervention or a safe stop (see [`super::value::PROBE`] and
+    /// [`super::value::LOCAL`]): each source is a counter of its own.
+    pub const SOURCE: &str = "source";
 }
 
 /// Why the gateway refused samples: the values of [`label::REASON`].
@@ -152,6 +155,12 @@ pub mod value {
     pub const IDLE: &str = "idle";
     /// Every `mode` value.
     pub const MODES: [&str; 4] = [AUTONOMOUS, MANUAL, TELEOPERATED, IDLE];
+
+    /// `source` of what a control loop's probe counted (`EventSource::Probe`).
+    pub const PROBE: &str = "probe";
+    /// `source` of what processes submitted over the agent's local socket, counted by the agent
+    /// (`EventSource::Local`).
+    pub const LOCAL: &str = "local";
 }
 
 /// Labels every machine series carries.

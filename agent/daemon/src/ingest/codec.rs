@@ -9,9 +9,13 @@
 //! - A body that is not a valid submission is refused with a reply; the stream stays usable.
 //! - Only the event kinds local applications own are accepted: interventions, safe stops,
 //!   autonomy-mode changes, custom events and log records.
+//! - A submission id, when given, is 1 to [`MAX_SUBMISSION_ID_BYTES`] bytes.
 
 use edgewatch_proto::v1::{AutonomyMode, Event, LocalReply, LocalSubmission, Tier, event};
 use prost::Message;
+
+/// Longest submission id accepted.
+pub const MAX_SUBMISSION_ID_BYTES: usize = 64;
 
 /// Why a frame or submission was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +40,9 @@ pub enum SubmissionError {
     /// The event has no kind, or one that local applications may not submit.
     #[error("event kind {0} cannot be submitted locally")]
     Kind(&'static str),
+    /// The submission id is longer than [`MAX_SUBMISSION_ID_BYTES`].
+    #[error("submission_id must be at most {MAX_SUBMISSION_ID_BYTES} bytes, not {0}")]
+    Id(usize),
 }
 
 impl SubmissionError {
@@ -88,14 +95,29 @@ pub fn next_frame(buf: &[u8], max: usize) -> Result<Frame, SubmissionError> {
     }
 }
 
+/// A submission as checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submission {
+    /// The tier asked for.
+    pub tier: Tier,
+    /// The event (a kind local applications may submit).
+    pub event: Event,
+    /// The client's id for it, the same on a retry.
+    pub id: Option<String>,
+}
+
 /// Decodes and checks one submission body.
-pub fn decode_submission(body: &[u8]) -> Result<(Tier, Event), SubmissionError> {
+pub fn decode_submission(body: &[u8]) -> Result<Submission, SubmissionError> {
     let submission = LocalSubmission::decode(body)
         .map_err(|error| SubmissionError::Malformed(error.to_string()))?;
     let tier = Tier::try_from(submission.tier)
         .ok()
         .filter(|tier| edgewatch_proto::tier::index(*tier).is_some())
         .ok_or(SubmissionError::Tier)?;
+    if submission.submission_id.len() > MAX_SUBMISSION_ID_BYTES {
+        return Err(SubmissionError::Id(submission.submission_id.len()));
+    }
+    let id = (!submission.submission_id.is_empty()).then_some(submission.submission_id);
     let event = submission.event.unwrap_or_default();
     match &event.kind {
         Some(
@@ -104,7 +126,7 @@ pub fn decode_submission(body: &[u8]) -> Result<(Tier, Event), SubmissionError> 
             | event::Kind::AutonomyModeChange(_)
             | event::Kind::Custom(_)
             | event::Kind::Log(_),
-        ) => Ok((tier, event)),
+        ) => Ok(Submission { tier, event, id }),
         Some(other) => Err(SubmissionError::Kind(kind_name(other))),
         None => Err(SubmissionError::Kind("none")),
     }
@@ -189,6 +211,7 @@ mod tests {
                 kind: Some(kind),
                 ..Event::default()
             }),
+            ..LocalSubmission::default()
         }
         .encode_to_vec()
     }
@@ -228,7 +251,11 @@ mod tests {
         );
         assert!(matches!(
             decode_submission(&intervention),
-            Ok((Tier::Safety, _))
+            Ok(Submission {
+                tier: Tier::Safety,
+                id: None,
+                ..
+            })
         ));
         let custom = submission(Tier::Debug, event::Kind::Custom(CustomEvent::default()));
         assert!(decode_submission(&custom).is_ok());
@@ -249,6 +276,30 @@ mod tests {
             decode_submission(b"\xff\xff\xff"),
             Err(SubmissionError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_submission_id_is_optional_and_bounded() {
+        let with_id = |id: &str| {
+            LocalSubmission {
+                tier: Tier::Safety as i32,
+                event: Some(Event {
+                    kind: Some(event::Kind::Intervention(Intervention::default())),
+                    ..Event::default()
+                }),
+                submission_id: id.to_owned(),
+            }
+            .encode_to_vec()
+        };
+        assert_eq!(
+            decode_submission(&with_id("op-1")).unwrap().id.as_deref(),
+            Some("op-1")
+        );
+        let long = "x".repeat(MAX_SUBMISSION_ID_BYTES + 1);
+        assert_eq!(
+            decode_submission(&with_id(&long)).unwrap_err(),
+            SubmissionError::Id(MAX_SUBMISSION_ID_BYTES + 1)
+        );
     }
 
     proptest! {

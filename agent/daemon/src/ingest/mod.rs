@@ -8,8 +8,13 @@
 //!   malformed or flooding client costs only its own connection, never another's or the agent's.
 //! - A submission is answered only after it is in the queue; a safety submission only after it is
 //!   durable. Every refusal is answered (when the stream allows it) and counted.
+//! - Interventions, safe stops and mode changes are counted by the agent, once per submission
+//!   ([`counting`]): the event carries the agent's own total (`source` LOCAL), kept with it in
+//!   the queue's key-value area; a retry with a remembered submission id is answered as the
+//!   original and counted no more.
 
 pub mod codec;
+pub mod counting;
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
@@ -18,6 +23,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use codec::Frame;
+use counting::LocalCounts;
 use edgewatch_proto::v1::{
     Attribute, AutonomyModeChange, CustomEvent, Event, Intervention, LocalReply, LocalSubmission,
     SafeStop, Tier, attribute, event,
@@ -52,6 +58,14 @@ pub struct IngestServer {
     settings: Ingest,
     spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
+    counting: Rc<RefCell<Counting>>,
+}
+
+/// The agent's counts of socket submissions, shared by the connections, and a buffer to keep
+/// them.
+struct Counting {
+    counts: LocalCounts,
+    kept: Vec<u8>,
 }
 
 impl IngestServer {
@@ -73,11 +87,16 @@ impl IngestServer {
         if let Some(group) = &settings.group {
             set_group(&settings.socket, group)?;
         }
+        let counts = LocalCounts::from_kept(spool.queue().kv(counting::KEPT_KEY));
         Ok(Self {
             listener,
             settings: settings.clone(),
             spool,
             stats,
+            counting: Rc::new(RefCell::new(Counting {
+                counts,
+                kept: Vec::new(),
+            })),
         })
     }
 
@@ -101,6 +120,7 @@ impl IngestServer {
                 self.settings.clone(),
                 self.spool.clone(),
                 Rc::clone(&self.stats),
+                Rc::clone(&self.counting),
                 shutdown.clone(),
             ));
         }
@@ -140,6 +160,7 @@ async fn serve_connection(
     settings: Ingest,
     spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
+    counting: Rc<RefCell<Counting>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -186,7 +207,7 @@ async fn serve_connection(
             }
             bucket.take(1, clock::instant());
             let body = &buf[offset + body.start..offset + body.end];
-            answered.push(accept(body, &spool));
+            answered.push(accept(body, &spool, &mut counting.borrow_mut()));
             offset += consumed;
         }
         buf.drain(..offset);
@@ -250,18 +271,50 @@ impl Answers {
     }
 }
 
-/// Decodes, stamps and appends one submission.
-fn accept(body: &[u8], spool: &Spool) -> Result<(Tier, u64), String> {
-    let (tier, mut event) = codec::decode_submission(body).map_err(|error| error.to_string())?;
+/// Decodes, stamps, counts and appends one submission.
+fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, u64), String> {
+    let codec::Submission {
+        tier,
+        mut event,
+        id,
+    } = codec::decode_submission(body).map_err(|error| error.to_string())?;
     if event.event_time_unix_ns == 0 {
         event.event_time_unix_ns = clock::unix_ns(clock::wall());
     }
     if event.monotonic_ns == 0 {
         event.monotonic_ns = clock::monotonic_ns();
     }
+    let prepared = event
+        .kind
+        .as_mut()
+        .and_then(|kind| counting.counts.prepare(kind));
+    let epoch = spool.queue().epoch();
+    if prepared.is_some()
+        && let Some(original) = id
+            .as_deref()
+            .and_then(|id| counting.counts.accepted(id, epoch))
+    {
+        // A retry of a submission already in the queue: the same answer, nothing counted again.
+        return Ok(original);
+    }
     let seq = spool
         .append(tier, &event)
         .map_err(|error| error.to_string())?;
+    if let Some(prepared) = prepared {
+        counting
+            .counts
+            .commit(prepared, id.as_deref(), (tier, seq, spool.queue().epoch()));
+        counting.kept.clear();
+        // Encoding into a Vec cannot run out of room.
+        let _ = counting.counts.encode(&mut counting.kept);
+        // Staged after the append: durable with the event it counts.
+        if let Err(error) = spool
+            .queue_mut()
+            .stage_kv(counting::KEPT_KEY, &counting.kept)
+        {
+            tracing::warn!(%error, "The count of local submissions was not kept; after a restart it starts again.");
+        }
+    }
     Ok((tier, seq))
 }
 
@@ -313,19 +366,16 @@ pub fn build_event(kind: &str, attrs: &[String]) -> Result<Event, EmitError> {
         }
     };
     let kind = match kind {
+        // The agent counts these itself (`total`, `delta` and `source` are its own).
         "intervention" => event::Kind::Intervention(Intervention {
-            total: 0,
-            delta: 1,
             reason: get("reason").unwrap_or_default(),
             mode: mode("mode")?,
-            model: None,
+            ..Intervention::default()
         }),
         "safe-stop" => event::Kind::SafeStop(SafeStop {
-            total: 0,
-            delta: 1,
             reason: get("reason").unwrap_or_default(),
             mode: mode("mode")?,
-            model: None,
+            ..SafeStop::default()
         }),
         "mode-change" => {
             if get("to").is_none() {
@@ -337,6 +387,7 @@ pub fn build_event(kind: &str, attrs: &[String]) -> Result<Event, EmitError> {
                 previous: mode("from")?,
                 current: mode("to")?,
                 reason: get("reason").unwrap_or_default(),
+                ..AutonomyModeChange::default()
             })
         }
         name => {
@@ -373,8 +424,9 @@ fn typed_value(text: String) -> attribute::Value {
     }
 }
 
-/// Sends one submission to the agent's socket and waits for its reply.
-pub fn submit(socket: &Path, tier: Tier, event: Event) -> Result<u64, EmitError> {
+/// Sends one submission to the agent's socket and waits for its reply. `id` identifies it
+/// across retries: a retry the agent already accepted gets the original's reply.
+pub fn submit(socket: &Path, tier: Tier, event: Event, id: Option<&str>) -> Result<u64, EmitError> {
     let mut stream =
         std::os::unix::net::UnixStream::connect(socket).map_err(|source| EmitError::Connect {
             path: socket.to_owned(),
@@ -384,6 +436,7 @@ pub fn submit(socket: &Path, tier: Tier, event: Event) -> Result<u64, EmitError>
     let submission = LocalSubmission {
         tier: tier as i32,
         event: Some(event),
+        submission_id: id.unwrap_or_default().to_owned(),
     };
     let mut out = Vec::new();
     codec::encode_frame(&submission, &mut out);
@@ -411,12 +464,25 @@ pub fn submit(socket: &Path, tier: Tier, event: Event) -> Result<u64, EmitError>
     }
 }
 
-/// `edgewatch-agent emit`: submits one event and prints its sequence number.
-pub fn emit(config: &Config, tier: &str, kind: &str, attrs: &[String]) -> Result<u64, EmitError> {
+/// `edgewatch-agent emit`: submits one event (with the submission id `id`, if given) and
+/// prints its sequence number.
+pub fn emit(
+    config: &Config,
+    tier: &str,
+    kind: &str,
+    attrs: &[String],
+    id: Option<&str>,
+) -> Result<u64, EmitError> {
     let tier = codec::parse_tier(tier)
         .ok_or_else(|| EmitError::Usage(format!("--tier {tier}: expected safety, slo or debug")))?;
+    if id.is_some_and(|id| id.is_empty() || id.len() > codec::MAX_SUBMISSION_ID_BYTES) {
+        return Err(EmitError::Usage(format!(
+            "--id must be 1 to {} bytes",
+            codec::MAX_SUBMISSION_ID_BYTES
+        )));
+    }
     let event = build_event(kind, attrs)?;
-    submit(&config.ingest.socket, tier, event)
+    submit(&config.ingest.socket, tier, event, id)
 }
 
 #[cfg(test)]
@@ -434,7 +500,6 @@ mod tests {
             panic!("not an intervention");
         };
         assert_eq!(intervention.reason, "obstacle");
-        assert_eq!(intervention.delta, 1);
         let event = build_event(
             "bed-raised",
             &[

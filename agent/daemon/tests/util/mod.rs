@@ -220,6 +220,7 @@ pub fn submit_all(socket: &Path, submissions: Vec<(Tier, Event)>) -> Vec<LocalRe
             let submission = LocalSubmission {
                 tier: tier as i32,
                 event: Some(event),
+                ..LocalSubmission::default()
             };
             codec::encode_frame(&submission, &mut out);
             if out.len() > 32 * 1024 {

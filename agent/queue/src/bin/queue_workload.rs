@@ -10,6 +10,9 @@
 //!   3 debug).
 //! - `A <tier> <first> <last>`: the range was acknowledged (deleted at the next flush).
 //! - `R <tier> <first> <last>`: the range was dropped by a failed flush.
+//!
+//! After each append the key-value entry `workload/last` is staged naming it
+//! (`<tier> <seq> <name>`).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::Write;
@@ -19,6 +22,9 @@ use std::time::SystemTime;
 use edgewatch_conventions::config::EXIT_BAD_CONFIG;
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
 use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig, TIERS};
+
+/// The key-value entry naming the last append.
+const LAST_APPEND_KEY: &str = "workload/last";
 
 /// xorshift64*: reproducible from the seed, no dependency.
 struct Rng(u64);
@@ -109,7 +115,13 @@ fn work(
             })),
         };
         match queue.append(TIERS[tier], &event, SystemTime::now()) {
-            Ok(seq) => waiting.push((tier, seq, name)),
+            Ok(seq) => {
+                // The key-value area names the last append, as the agent's samplers name what
+                // their state describes: it must never outlive the record in a crash.
+                let last = format!("{} {seq} {name}", tier + 1);
+                queue.stage_kv(LAST_APPEND_KEY, last.as_bytes())?;
+                waiting.push((tier, seq, name));
+            }
             Err(error) => eprintln!("append refused: {error}"),
         }
         until_flush -= 1;

@@ -25,6 +25,8 @@ pub struct Checked {
     pub present: u64,
     pub acked: u64,
     pub counted_lost: u64,
+    /// The key-value area named a record, and it was checked.
+    pub kv_checked: bool,
 }
 
 impl Ledger {
@@ -88,6 +90,35 @@ impl Ledger {
                     (tier, seq)
                 ));
             }
+        }
+        // The key-value area names the workload's last append committed with it: never a
+        // record that is not durable, and the stored record under that number is that one.
+        if let Some(last) = queue.kv("workload/last") {
+            let last = String::from_utf8_lossy(last).into_owned();
+            let mut parts = last.split(' ');
+            let (Some(Ok(tier)), Some(Ok(seq)), Some(name)) = (
+                parts.next().map(str::parse::<usize>),
+                parts.next().map(str::parse::<u64>),
+                parts.next(),
+            ) else {
+                return Err(format!("key-value entry {last:?} is not `tier seq name`"));
+            };
+            let tier = TIERS[tier - 1];
+            if seq > queue.durable_seq(tier) {
+                return Err(format!(
+                    "the key-value area names {last:?}, beyond the durable {} of {tier:?}",
+                    queue.durable_seq(tier)
+                ));
+            }
+            if let Some(event) = all.get(&(tier, seq))
+                && name_of(event) != Some(name)
+            {
+                return Err(format!(
+                    "the key-value area names {last:?}, stored there is {:?}",
+                    name_of(event)
+                ));
+            }
+            checked.kv_checked = true;
         }
         let mut missing = [0u64; 3];
         for ((e, tier, seq), name) in &self.durable {

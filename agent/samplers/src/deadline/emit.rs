@@ -7,14 +7,16 @@
 //!   never replaces the oneof variant it was built with, so steady-state emission allocates
 //!   nothing (strings longer than their reservation grow once, then keep that capacity).
 //! - Every event carries the poll's wall time as event time and its monotonic time.
+//! - Interventions, safe stops and mode changes say they come from the probe
+//!   (`EventSource::Probe`): the agent's own count of socket submissions is another counter.
 //! - `DeadlineCounters` carries both vocabularies: the deadline fields (activations, deadline
 //!   misses, overruns, deadline, semantics) and, with their old meaning, the fields gateways
 //!   from before deadlines read (`cycles`, `misses` = overruns, `skipped`).
 
 use edgewatch_proto::v1::{
     self, AutonomyModeChange, AutonomySeconds, DeadlineCounters, DeadlineMissBurst, Event,
-    Intervention, LatencyHistogram, LoopRef, ModeSeconds, ModelVersion, ModelVersionChange,
-    ProbeState, ProbeStatus, SafeStop, SafetyFallback, Tier, event::Kind,
+    EventSource, Intervention, LatencyHistogram, LoopRef, ModeSeconds, ModelVersion,
+    ModelVersionChange, ProbeState, ProbeStatus, SafeStop, SafetyFallback, Tier, event::Kind,
 };
 use loop_probe::DeadlineSemantics;
 
@@ -159,10 +161,12 @@ impl Emitter {
             })),
             intervention: event(Kind::Intervention(Intervention {
                 model: Some(unknown_model()),
+                source: EventSource::Probe as i32,
                 ..Intervention::default()
             })),
             safe_stop: event(Kind::SafeStop(SafeStop {
                 model: Some(unknown_model()),
+                source: EventSource::Probe as i32,
                 ..SafeStop::default()
             })),
             status: event(Kind::ProbeStatus(ProbeStatus {
@@ -175,7 +179,10 @@ impl Emitter {
                 previous: Some(unknown_model()),
                 current: Some(unknown_model()),
             })),
-            mode_change: event(Kind::AutonomyModeChange(AutonomyModeChange::default())),
+            mode_change: event(Kind::AutonomyModeChange(AutonomyModeChange {
+                source: EventSource::Probe as i32,
+                ..AutonomyModeChange::default()
+            })),
             autonomy: event(Kind::AutonomySeconds(AutonomySeconds {
                 modes: Vec::with_capacity(REPORTED_MODES.len()),
                 model: Some(unknown_model()),

@@ -48,6 +48,19 @@ impl Histogram {
             .unwrap_or(&self.counts)
     }
 
+    /// Takes `counts` (kept by an earlier run) if they fit these bounds (one more than the
+    /// bounds); otherwise the histogram is left as it is. Returns whether they were taken.
+    pub fn set_counts(&mut self, counts: &[u64]) -> bool {
+        let n = self.bounds.len() + 1;
+        match self.counts.get_mut(..n) {
+            Some(dst) if counts.len() == n => {
+                dst.copy_from_slice(counts);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records counted.
     pub fn total(&self) -> u64 {
         self.counts().iter().sum()

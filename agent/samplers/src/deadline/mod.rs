@@ -10,6 +10,7 @@
 //! - [`config`]: `[deadline]` and `[[probe]]`, raw and validated, with the named defaults.
 //! - [`tracker`]: one loop's accounting as pure logic (series per model version, header deltas,
 //!   liveness transitions, rate-limited reports).
+//! - [`resume`]: what the agent keeps of a loop's accounting to continue it after a restart.
 //! - [`provisional`]: the activations a silent producer owes, counted before it recovers (pure).
 //! - [`burst`]: miss-burst rules (pure). [`histogram`]: response-time buckets (pure).
 //! - [`emit`]: the reused outgoing events.
@@ -24,12 +25,18 @@
 //!   `flock` (liveness), plus a `stat` of the path once a second, and no allocation; opening a
 //!   probe (at start or after a restart) allocates.
 //! - The mapping is read-only (the reader's invariant): nothing here can disturb the loop.
+//! - After every poll in which a loop emitted anything, its state is kept through the sink
+//!   (after those events, so the agent's queue writes both in one transaction); a restarted
+//!   agent hands it back with [`DeadlineSampler::restore`] and the loop's counts go on where the
+//!   durable events left them. [`DeadlineSampler::flush`] emits every series and keeps every
+//!   state before the agent stops.
 
 pub mod burst;
 pub mod config;
 pub mod emit;
 pub mod histogram;
 pub mod provisional;
+pub mod resume;
 pub mod tracker;
 
 use std::ffi::CString;
@@ -47,6 +54,8 @@ pub use config::{
 use emit::Emitter;
 /// What a loop's deadline counters mean (re-exported for the agent's status).
 pub use loop_probe::DeadlineSemantics;
+use prost::Message;
+use resume::LoopResume;
 pub use tracker::{LoopCounts, LoopState};
 use tracker::{LoopSettings, LoopTracker};
 
@@ -71,6 +80,30 @@ struct Probe {
     tracker: LoopTracker,
     /// When the next full liveness check (a `stat` of the path and a `flock`) is due, monotonic ns.
     full_liveness_due_ns: u64,
+    /// The key its state is kept under ([`DeadlineSampler::state_key`]).
+    key: String,
+    /// It emitted since its state was last kept.
+    keep: bool,
+}
+
+/// Bytes reserved for one loop's encoded state: four model versions with their histograms fit.
+const STATE_CAPACITY: usize = 16 * 1024;
+
+/// A sink that passes everything on and notes whether anything was emitted.
+struct Noting<'a, S: ?Sized> {
+    sink: &'a mut S,
+    emitted: bool,
+}
+
+impl<S: EventSink + ?Sized> EventSink for Noting<'_, S> {
+    fn emit(&mut self, tier: v1::Tier, event: &v1::Event) {
+        self.emitted = true;
+        self.sink.emit(tier, event);
+    }
+
+    fn keep(&mut self, key: &str, state: &[u8]) {
+        self.sink.keep(key, state);
+    }
 }
 
 /// How often a probe whose producer holds its lock gets the full liveness check, which alone sees
@@ -111,9 +144,11 @@ pub struct DeadlineSampler {
     order: Vec<usize>,
     emitter: Emitter,
     /// When the sampler was created, CLOCK_MONOTONIC: producers started before are "found
-    /// running" and their earlier counts are not attributed.
+    /// running" and their earlier counts are not attributed, unless an earlier run kept them.
     started_ns: u64,
     next_snapshot_ns: u64,
+    /// A loop's encoded state, reused.
+    state: Vec<u8>,
 }
 
 impl std::fmt::Debug for DeadlineSampler {
@@ -138,6 +173,8 @@ impl DeadlineSampler {
                 reader: None,
                 refused: None,
                 full_liveness_due_ns: 0,
+                key: DeadlineSampler::state_key(&p.path),
+                keep: false,
                 tracker: LoopTracker::new(LoopSettings {
                     burst: p.burst,
                     histogram: p.histogram.clone(),
@@ -161,6 +198,68 @@ impl DeadlineSampler {
             order,
             emitter: Emitter::new(),
             started_ns: now.monotonic_ns,
+            state: Vec::with_capacity(STATE_CAPACITY),
+        }
+    }
+
+    /// The key a probe's state is kept under: `deadline/` and its path (a path longer than 200
+    /// bytes is shortened to a hash of the whole and its last 160 bytes).
+    pub fn state_key(path: &Path) -> String {
+        let bytes = path.as_os_str().as_bytes();
+        let text = String::from_utf8_lossy(bytes);
+        if text.len() <= 200 {
+            return format!("deadline/{text}");
+        }
+        // FNV-1a: stable across runs and builds.
+        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let mut from = text.len() - 160;
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        format!("deadline/{hash:016x}~{}", &text[from..])
+    }
+
+    /// Takes what an earlier run of the agent kept for each probe, read through `kept` (the
+    /// queue's key-value area): a loop whose producer is still the same epoch is continued (see
+    /// [`resume`]). Call before the first poll. A state that does not decode is ignored.
+    pub fn restore<'a>(&mut self, kept: impl Fn(&str) -> Option<&'a [u8]>) {
+        for p in &mut self.probes {
+            if let Some(state) = kept(&p.key).and_then(LoopResume::decode_kept) {
+                p.tracker.restore(state);
+            }
+        }
+    }
+
+    /// The agent is stopping: reads every probe once more, emits every series' current values
+    /// and the autonomy seconds (due or not) and keeps every loop's state, so that all of it is
+    /// queued before the last flush and a later run continues from there.
+    pub fn flush<S: EventSink + ?Sized>(
+        &mut self,
+        now: Now,
+        manifest: Option<&ModelVersion>,
+        sink: &mut S,
+    ) {
+        self.poll(now, manifest, sink);
+        for p in &mut self.probes {
+            p.tracker.report_all(now, &mut self.emitter, sink);
+            p.keep = true;
+        }
+        self.keep_states(sink);
+    }
+
+    /// Keeps the state of every loop that emitted since it was last kept.
+    fn keep_states<S: EventSink + ?Sized>(&mut self, sink: &mut S) {
+        for p in &mut self.probes {
+            if !p.keep {
+                continue;
+            }
+            p.keep = false;
+            self.state.clear();
+            // Encoding into a Vec cannot run out of room; it grows only past the reservation.
+            let _ = p.tracker.kept_state().encode(&mut self.state);
+            sink.keep(&p.key, &self.state);
         }
     }
 
@@ -192,6 +291,10 @@ impl DeadlineSampler {
             let Some(p) = self.probes.get_mut(i) else {
                 continue;
             };
+            let mut noting = Noting {
+                sink: &mut *sink,
+                emitted: false,
+            };
             poll_probe(
                 p,
                 stall_min_ns,
@@ -200,15 +303,21 @@ impl DeadlineSampler {
                 manifest,
                 machine_mode,
                 &mut self.emitter,
-                sink,
+                &mut noting,
             );
+            p.keep |= noting.emitted;
             if p.cfg.autonomy_source {
                 machine_mode = p.tracker.own_mode();
             }
         }
         if now.monotonic_ns >= self.next_snapshot_ns {
             for p in &mut self.probes {
-                p.tracker.snapshot(now, &mut self.emitter, sink);
+                let mut noting = Noting {
+                    sink: &mut *sink,
+                    emitted: false,
+                };
+                p.tracker.snapshot(now, &mut self.emitter, &mut noting);
+                p.keep |= noting.emitted;
             }
             let interval = u64::try_from(self.cfg.snapshot_interval.as_nanos()).unwrap_or(u64::MAX);
             self.next_snapshot_ns = self.next_snapshot_ns.saturating_add(interval);
@@ -216,6 +325,7 @@ impl DeadlineSampler {
                 self.next_snapshot_ns = now.monotonic_ns.saturating_add(interval);
             }
         }
+        self.keep_states(sink);
     }
 
     fn stall_min_ns(&self) -> u64 {
@@ -345,35 +455,46 @@ fn poll_probe<S: EventSink + ?Sized>(
         }
         Ok(Liveness::Dead) => {
             if p.tracker.state() != LoopState::Dead {
-                // What the producer left is still mapped: read it, then close its books. Its
-                // autonomy time stops at its last heartbeat.
-                let at = p
+                // What the producer left is still mapped: read it, then close its books, its
+                // last values stamped at its last heartbeat (where its autonomy time stops too).
+                let heartbeat = p
                     .reader
                     .as_ref()
                     .and_then(|r| r.summary().ok())
                     .map_or(now.monotonic_ns, |s| s.heartbeat_ns);
-                sample(p, now, at, false, manifest, machine_mode, em, sink);
-                p.tracker.died(now, em, sink);
+                let at = p.tracker.final_stamp(now, heartbeat);
+                sample(p, at, heartbeat, false, manifest, machine_mode, em, sink);
+                p.tracker.died(now, at, em, sink);
             }
         }
         Ok(Liveness::Restarted(reason)) => {
-            if reason == RestartReason::NewInode && p.tracker.state() != LoopState::Dead {
-                // The old file is unlinked but still mapped: take its last records first.
-                sample(
-                    p,
-                    now,
-                    now.monotonic_ns,
-                    false,
-                    manifest,
-                    machine_mode,
-                    em,
-                    sink,
-                );
+            let old_mapped =
+                reason == RestartReason::NewInode && p.tracker.state() != LoopState::Dead;
+            let heartbeat = if old_mapped {
+                p.reader
+                    .as_ref()
+                    .and_then(|r| r.summary().ok())
+                    .map(|s| s.heartbeat_ns)
+            } else {
+                None
             }
-            p.tracker.end_epoch(now, em, sink);
+            .or(p.tracker.last_heartbeat_ns())
+            .unwrap_or(now.monotonic_ns);
+            let ended = p.tracker.info().is_some();
+            // The old epoch's last values go at its last heartbeat, the new one's first values at
+            // this poll: never one timestamp for both under the same labels.
+            let at = p.tracker.final_stamp(now, heartbeat);
+            if old_mapped {
+                // The old file is unlinked but still mapped: take its last records first.
+                sample(p, at, heartbeat, false, manifest, machine_mode, em, sink);
+            }
+            p.tracker.end_epoch_at(at, em, sink);
             p.reader = None;
             try_open(p, started_ns, now, em, sink);
-            if p.reader.is_some() {
+            let same_ms = ended
+                && at.wall_unix_ns.div_euclid(1_000_000) >= now.wall_unix_ns.div_euclid(1_000_000);
+            // Within the old epoch's last millisecond the new one waits for the next poll.
+            if p.reader.is_some() && !same_ms {
                 // Its liveness is known at the next poll; until then it owes nothing.
                 sample(
                     p,

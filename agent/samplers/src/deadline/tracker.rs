@@ -22,9 +22,15 @@
 //!   records are reported (`RING_OVERRUN`) and break burst runs. A burst's misses are deadline
 //!   misses: late completions, and the skipped activations a record's gap in cycle numbers
 //!   shows (when the record before it was read).
-//! - An epoch's baseline is zero when the producer started after the agent; when the agent finds
-//!   a producer already running, counts made before are not attributed (their model is unknown)
-//!   and the series start at the agent's first sight.
+//! - An epoch's baseline is zero when the producer started after the agent. When the agent finds
+//!   a producer already running, it continues the accounting an earlier run of the agent kept
+//!   for that same producer epoch ([`super::resume`]: same series and starts, the header's
+//!   increase since credited to the current series, records already read skipped); with
+//!   nothing kept, counts made before are not attributed (their model is unknown) and the
+//!   series start at the agent's first sight.
+//! - An epoch's last values are stamped at its producer's last heartbeat (as wall time), after
+//!   its last report and never after the poll: the next producer's first values, at a later
+//!   time, never share a timestamp with them.
 //! - A series is never reported with zero counts; its first non-zero value is reported at once
 //!   (so a counter reset after a restart is visible at a low value), then every snapshot while it
 //!   is the current series or changed, and a last time when its epoch ends or it is evicted.
@@ -44,6 +50,7 @@ use super::config::{BurstRules, HistogramBounds, MAX_BOUNDS};
 use super::emit::{CounterKind, CountersView, Emitter, LoopId};
 use super::histogram::{Histogram, response_time_ns};
 use super::provisional::{Counted, overdue_activations};
+use super::resume::{self, HeaderTotals, LoopResume};
 use crate::autonomy::{AutonomyLedger, ModeNs, wire_mode};
 use crate::model::{PerModel, clear_model, copy_model, is_unknown, same_series, unknown_model};
 use crate::sink::{EventSink, Now};
@@ -163,6 +170,10 @@ struct Epoch {
     start_unix_ns: i64,
     /// Polls completed in this epoch.
     polls: u64,
+    /// Ring records below this index were read by an earlier run of the agent (resumed epoch).
+    read_from: u64,
+    /// Wall time of the last counter event of this epoch, ns.
+    last_report_unix_ns: i64,
 }
 
 /// Counts for the agent's `status` command.
@@ -233,6 +244,10 @@ pub struct LoopTracker {
     counts: LoopCounts,
     last_sample_ns: Option<u64>,
     problem: Option<&'static str>,
+    /// What an earlier run of the agent kept, until the first producer opened.
+    resume: Option<LoopResume>,
+    /// The state to keep, refilled in place (no allocation once it has its shape).
+    kept: LoopResume,
 }
 
 impl LoopTracker {
@@ -265,6 +280,8 @@ impl LoopTracker {
             counts: LoopCounts::default(),
             last_sample_ns: None,
             problem: None,
+            resume: None,
+            kept: LoopResume::default(),
         }
     }
 
@@ -380,6 +397,15 @@ impl LoopTracker {
             );
         }
         self.last_epoch = Some(info.epoch);
+        if let Some(kept) = self.resume.take()
+            && kept.counting
+            && kept.producer_epoch == info.epoch
+            && kept.producer_start_ns == info.start_ns
+            && let Some(header) = kept.header
+        {
+            self.resume_epoch(info, &kept, header, now);
+            return;
+        }
         let counted = match &baseline {
             Some((summary, _)) => Counted::at_first_sight(
                 summary.cycles.activations,
@@ -420,6 +446,8 @@ impl LoopTracker {
             counted,
             start_unix_ns,
             polls: 0,
+            read_from: 0,
+            last_report_unix_ns: i64::MIN,
         });
         self.semantics = info.semantics();
         self.last_record = None;
@@ -431,6 +459,202 @@ impl LoopTracker {
         self.own_mode = AutonomyMode::Unknown;
         self.state = LoopState::Alive;
         self.problem = None;
+    }
+
+    /// Takes what an earlier run of the agent kept of this loop ([`super::resume`]): the next
+    /// producer opened continues it if it is the same producer epoch. The last known model and
+    /// producer epoch are taken in any case, so a model change or a producer restart while the
+    /// agent was down is reported.
+    pub fn restore(&mut self, kept: LoopResume) {
+        if kept.producer_epoch != 0 {
+            self.last_epoch = Some(kept.producer_epoch);
+        }
+        if let Some(model) = &kept.last_known_model {
+            copy_model(&mut self.last_known, model);
+        }
+        self.resume = Some(kept);
+    }
+
+    /// Continues an epoch from what an earlier run kept: its series (values, starts, models),
+    /// the header totals they correspond to, what was counted provisionally, the autonomy
+    /// seconds, and the ring position read. The next poll credits the header's increase since
+    /// (the agent's downtime included) to the series current then.
+    fn resume_epoch(&mut self, info: &ProbeInfo, kept: &LoopResume, h: HeaderTotals, now: Now) {
+        let mut prev = Summary {
+            semantics: info.semantics(),
+            head: h.head,
+            heartbeat_ns: h.heartbeat_ns,
+            last_record: None,
+            ..Summary::default()
+        };
+        prev.cycles.cycles = h.cycles;
+        prev.cycles.overruns = h.overruns;
+        prev.cycles.skipped = h.skipped;
+        prev.cycles.activations = h.activations;
+        prev.cycles.deadline_misses = h.deadline_misses;
+        prev.cycles.sum_duration_ns = h.sum_duration_ns;
+        prev.cycles.max_duration_ns = h.max_duration_ns;
+        prev.events.fallbacks = h.fallbacks;
+        prev.events.interventions = h.interventions;
+        prev.events.safe_stops = h.safe_stops;
+        let bounds = self.settings.histogram.resolve(info.budget_ns);
+        self.series.clear();
+        for kept_series in &kept.series {
+            let Some(model) = &kept_series.model else {
+                continue;
+            };
+            let (i, _) = self.series.select(
+                model,
+                kept_series.start_time_unix_ns,
+                now.monotonic_ns,
+                || DeadlineSeries::new(&bounds),
+            );
+            if let Some(entry) = self.series.get_mut(i) {
+                let v = &mut entry.value;
+                v.cycles = kept_series.cycles;
+                v.overruns = kept_series.overruns;
+                v.skipped = kept_series.skipped;
+                v.activations = kept_series.activations;
+                v.deadline_misses = kept_series.deadline_misses;
+                v.sum_duration_ns = kept_series.sum_duration_ns;
+                v.max_duration_ns = kept_series.max_duration_ns;
+                // Bounds changed with the configuration: the histogram starts again.
+                v.histogram.set_counts(&kept_series.histogram);
+                v.dirty = kept_series.dirty;
+                v.fresh = kept_series.fresh;
+            }
+        }
+        let seen = kept.autonomy_seen.as_ref().map(|t| mode_ns(&t.ns));
+        self.autonomy.start_epoch(seen, kept.epoch_start_unix_ns);
+        for a in &kept.autonomy {
+            if let (Some(model), Some(ns)) = (&a.model, &a.ns) {
+                self.autonomy.restore_series(
+                    model,
+                    a.start_time_unix_ns,
+                    &mode_ns(&ns.ns),
+                    now.monotonic_ns,
+                );
+            }
+        }
+        self.epoch = Some(Epoch {
+            info: *info,
+            bounds,
+            prev,
+            counted: Counted {
+                activations: kept.counted_activations,
+                deadline_misses: kept.counted_deadline_misses,
+            },
+            start_unix_ns: kept.epoch_start_unix_ns,
+            polls: kept.polls,
+            read_from: kept.records_read,
+            last_report_unix_ns: kept.last_report_unix_ns,
+        });
+        self.semantics = info.semantics();
+        self.last_record = None;
+        self.current = None;
+        self.bursts.reset();
+        self.own_mode = AutonomyMode::Unknown;
+        self.state = LoopState::Alive;
+        self.problem = None;
+    }
+
+    /// The state to keep for a later run of the agent ([`super::resume`]), refilled in place.
+    /// The shell keeps it after every pass in which this loop emitted, so that it is written with
+    /// those events.
+    pub fn kept_state(&mut self) -> &LoopResume {
+        let k = &mut self.kept;
+        k.format = resume::FORMAT;
+        resume::fill_model(&mut k.last_known_model, &self.last_known);
+        let Some(e) = &self.epoch else {
+            k.producer_epoch = self.last_epoch.unwrap_or(0);
+            k.producer_start_ns = 0;
+            k.counting = false;
+            k.header = None;
+            k.series_mut(0);
+            k.autonomy_mut(0);
+            k.autonomy_seen = None;
+            return &self.kept;
+        };
+        k.producer_epoch = e.info.epoch;
+        k.producer_start_ns = e.info.start_ns;
+        k.counting = true;
+        let (c, ev) = (&e.prev.cycles, &e.prev.events);
+        k.header = Some(HeaderTotals {
+            cycles: c.cycles,
+            overruns: c.overruns,
+            skipped: c.skipped,
+            activations: c.activations,
+            deadline_misses: c.deadline_misses,
+            sum_duration_ns: c.sum_duration_ns,
+            max_duration_ns: c.max_duration_ns,
+            fallbacks: ev.fallbacks,
+            interventions: ev.interventions,
+            safe_stops: ev.safe_stops,
+            head: e.prev.head,
+            heartbeat_ns: e.prev.heartbeat_ns,
+        });
+        k.counted_activations = e.counted.activations;
+        k.counted_deadline_misses = e.counted.deadline_misses;
+        k.epoch_start_unix_ns = e.start_unix_ns;
+        k.polls = e.polls;
+        k.records_read = self
+            .last_record
+            .map_or(e.read_from, |(index, _)| e.read_from.max(index + 1));
+        k.last_report_unix_ns = e.last_report_unix_ns;
+        let n = self.series.iter().count();
+        for (dst, src) in k.series_mut(n).iter_mut().zip(self.series.iter()) {
+            resume::fill_model(&mut dst.model, &src.model);
+            dst.start_time_unix_ns = src.start_time_unix_ns;
+            let v = &src.value;
+            dst.cycles = v.cycles;
+            dst.overruns = v.overruns;
+            dst.skipped = v.skipped;
+            dst.activations = v.activations;
+            dst.deadline_misses = v.deadline_misses;
+            dst.sum_duration_ns = v.sum_duration_ns;
+            dst.max_duration_ns = v.max_duration_ns;
+            dst.histogram.clear();
+            dst.histogram.extend_from_slice(v.histogram.counts());
+            dst.dirty = v.dirty;
+            dst.fresh = v.fresh;
+        }
+        match self.autonomy.seen() {
+            Some(seen) => resume::fill_totals(&mut k.autonomy_seen, seen),
+            None => k.autonomy_seen = None,
+        }
+        let n = self.autonomy.series().count();
+        for (dst, (model, start, ns)) in k.autonomy_mut(n).iter_mut().zip(self.autonomy.series()) {
+            resume::fill_model(&mut dst.model, model);
+            dst.start_time_unix_ns = start;
+            resume::fill_totals(&mut dst.ns, ns);
+        }
+        &self.kept
+    }
+
+    /// When the current epoch's last values are stamped if it ends now: its producer's last
+    /// heartbeat (`heartbeat_ns`, CLOCK_MONOTONIC) as wall time, but not before the epoch's
+    /// series start, at least a millisecond (the gateway's resolution) after the epoch's last
+    /// report, and never after `now`. Only the wall time moves; `now` without an epoch.
+    pub fn final_stamp(&self, now: Now, heartbeat_ns: u64) -> Now {
+        let Some(e) = &self.epoch else {
+            return now;
+        };
+        let behind =
+            i64::try_from(now.monotonic_ns.saturating_sub(heartbeat_ns)).unwrap_or(i64::MAX);
+        let heartbeat_wall = now.wall_unix_ns.saturating_sub(behind);
+        let after_report = e.last_report_unix_ns.saturating_add(1_000_000);
+        Now {
+            wall_unix_ns: heartbeat_wall
+                .max(e.start_unix_ns)
+                .max(after_report)
+                .min(now.wall_unix_ns),
+            monotonic_ns: now.monotonic_ns,
+        }
+    }
+
+    /// The current producer's last heartbeat as last read, CLOCK_MONOTONIC ns.
+    pub fn last_heartbeat_ns(&self) -> Option<u64> {
+        self.epoch.as_ref().map(|e| e.prev.heartbeat_ns)
     }
 
     /// First half of a poll: the model slot and the loop's mode as read now. `machine_mode` is
@@ -503,12 +727,19 @@ impl LoopTracker {
                 &old.value,
                 sink,
             );
+            if let Some(e) = self.epoch.as_mut() {
+                e.last_report_unix_ns = e.last_report_unix_ns.max(now.wall_unix_ns);
+            }
         }
     }
 
     /// One record read from the ring, oldest first.
     #[inline]
     pub fn record(&mut self, rec: &Record) {
+        if self.epoch.as_ref().is_some_and(|e| rec.index < e.read_from) {
+            // Read (and counted in the histogram and bursts) by an earlier run of the agent.
+            return;
+        }
         let missed = match self.semantics {
             DeadlineSemantics::Completion => {
                 // The activations a gap in cycle numbers skipped are misses of the same run, when
@@ -609,6 +840,7 @@ impl LoopTracker {
         let mode = wire_mode(self.mode());
         let e = &summary.events;
         let pe = &prev.events;
+        let mut incremented = false;
         for (kind, total, before) in [
             (CounterKind::Fallback, e.fallbacks, pe.fallbacks),
             (CounterKind::Intervention, e.interventions, pe.interventions),
@@ -629,6 +861,7 @@ impl LoopTracker {
                     total - before,
                     sink,
                 );
+                incremented = true;
             } else if total < before {
                 anomaly = Some("probe event counters went backwards");
             }
@@ -636,6 +869,9 @@ impl LoopTracker {
         self.counts.fallbacks = e.fallbacks;
         self.counts.interventions = e.interventions;
         self.counts.safe_stops = e.safe_stops;
+        if incremented && let Some(epoch) = self.epoch.as_mut() {
+            epoch.last_report_unix_ns = epoch.last_report_unix_ns.max(now.wall_unix_ns);
+        }
 
         // Autonomy.
         if let Some((state, at_ns)) = autonomy {
@@ -671,11 +907,12 @@ impl LoopTracker {
         self.flush(now, false, em, sink);
 
         // A new series is reported at once, so that a reset is seen at a low value.
-        if let (Some(i), Some(epoch)) = (self.current, self.epoch.as_ref())
+        if let (Some(i), Some(epoch)) = (self.current, self.epoch.as_mut())
             && let Some(s) = self.series.get_mut(i)
             && s.value.fresh
             && !s.value.is_empty()
         {
+            epoch.last_report_unix_ns = epoch.last_report_unix_ns.max(now.wall_unix_ns);
             s.value.fresh = false;
             s.value.dirty = false;
             let id = LoopId {
@@ -831,11 +1068,18 @@ impl LoopTracker {
         }
     }
 
-    /// The producer's lock is gone. Call after a last poll of what it left; ends the epoch.
-    pub fn died<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+    /// The producer's lock is gone. Call after a last poll of what it left; ends the epoch, its
+    /// last values stamped at `at` (a [`LoopTracker::final_stamp`]).
+    pub fn died<S: EventSink + ?Sized>(
+        &mut self,
+        now: Now,
+        at: Now,
+        em: &mut Emitter,
+        sink: &mut S,
+    ) {
         if self.epoch.is_some() && self.state != LoopState::Dead {
             self.status_event(ProbeState::Died, now, em, sink);
-            self.end_epoch(now, em, sink);
+            self.end_epoch_at(at, em, sink);
             self.state = LoopState::Dead;
         }
     }
@@ -859,17 +1103,35 @@ impl LoopTracker {
     }
 
     /// Ends the current producer epoch: pending reports and every non-empty series are emitted
-    /// one last time.
+    /// one last time, stamped at the producer's last heartbeat ([`LoopTracker::final_stamp`]).
     pub fn end_epoch<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        let Some(heartbeat_ns) = self.last_heartbeat_ns() else {
+            return;
+        };
+        let at = self.final_stamp(now, heartbeat_ns);
+        self.end_epoch_at(at, em, sink);
+    }
+
+    /// Ends the current producer epoch with its last values stamped at `at` (a
+    /// [`LoopTracker::final_stamp`]).
+    pub fn end_epoch_at<S: EventSink + ?Sized>(&mut self, at: Now, em: &mut Emitter, sink: &mut S) {
         if self.epoch.is_none() {
             return;
         }
-        self.flush(now, true, em, sink);
-        self.report(now, true, em, sink);
+        self.flush(at, true, em, sink);
+        self.report(at, true, em, sink);
         self.epoch = None;
         self.current = None;
         self.series.clear();
         self.bursts.reset();
+    }
+
+    /// Emits every non-empty series and the autonomy seconds now, changed or not: the agent is
+    /// stopping, and what was counted since the last snapshot must be in the queue before its
+    /// last flush. The epoch goes on (a later run of the agent continues it).
+    pub fn report_all<S: EventSink + ?Sized>(&mut self, now: Now, em: &mut Emitter, sink: &mut S) {
+        self.flush(now, true, em, sink);
+        self.report(now, true, em, sink);
     }
 
     /// The periodic SLO snapshot: the current series and every series changed since the last
@@ -885,9 +1147,11 @@ impl LoopTracker {
         em: &mut Emitter,
         sink: &mut S,
     ) {
-        let Some(epoch) = self.epoch.as_ref() else {
+        let Some(epoch) = self.epoch.as_mut() else {
             return;
         };
+        epoch.last_report_unix_ns = epoch.last_report_unix_ns.max(now.wall_unix_ns);
+        let epoch = &*epoch;
         let id = LoopId {
             id: self.loop_id,
             name: &self.loop_name,
@@ -1011,6 +1275,15 @@ pub fn resolve_model(
             }
         }
     }
+}
+
+/// Per-mode nanoseconds from a kept list (missing modes are 0).
+fn mode_ns(kept: &[u64]) -> ModeNs {
+    let mut ns: ModeNs = [0; loop_probe::layout::AUTONOMY_MODES];
+    for (dst, src) in ns.iter_mut().zip(kept) {
+        *dst = *src;
+    }
+    ns
 }
 
 fn itoa_buf() -> [u8; 20] {

@@ -23,6 +23,9 @@
 //!   with the previous complete identity; the first identity seen after start is not a change.
 //!   Counters switch to the new (name, version) at once, before the hash completes.
 //! - In steady state (nothing changed on disk) a tick allocates nothing.
+//! - The last complete identity is kept through the sink whenever it changes
+//!   ([`ModelWatcher::KEPT_KEY`]); a restarted agent hands it back ([`ModelWatcher::restore`]),
+//!   so that a model deployed while the agent was down is reported as a change.
 
 pub mod hasher;
 pub mod manifest;
@@ -32,6 +35,7 @@ use std::path::{Path, PathBuf};
 
 use edgewatch_conventions::config::ConfigError;
 use edgewatch_proto::v1::{Event, ModelSource, ModelVersion, Tier, event::Kind};
+use prost::Message;
 use serde::Deserialize;
 
 use crate::sink::{EventSink, Now};
@@ -322,6 +326,18 @@ enum WatchProblem {
 }
 
 impl ModelWatcher {
+    /// The key the last complete identity is kept under.
+    pub const KEPT_KEY: &'static str = "model/reported";
+
+    /// Takes the identity an earlier run of the agent last reported (kept under
+    /// [`ModelWatcher::KEPT_KEY`]): the first complete identity is compared with it, and a
+    /// difference is reported as a change. A state that does not decode is ignored.
+    pub fn restore(&mut self, kept: Option<&[u8]>) {
+        if let Some(model) = kept.and_then(|bytes| ModelVersion::decode(bytes).ok()) {
+            self.reported = Some(model);
+        }
+    }
+
     /// A watcher; nothing is read until the first [`tick`](Self::tick).
     pub fn new(cfg: ModelConfig) -> ModelWatcher {
         ModelWatcher {
@@ -566,7 +582,10 @@ impl ModelWatcher {
             return;
         };
         match &mut self.reported {
-            None => self.reported = Some(cur.clone()),
+            None => {
+                self.reported = Some(cur.clone());
+                sink.keep(Self::KEPT_KEY, &cur.encode_to_vec());
+            }
             Some(prev) if same_identity(prev, cur) => {}
             Some(prev) => {
                 self.event.event_time_unix_ns = now.wall_unix_ns;
@@ -578,6 +597,7 @@ impl ModelWatcher {
                 }
                 sink.emit(Tier::Safety, &self.event);
                 copy_model(prev, cur);
+                sink.keep(Self::KEPT_KEY, &cur.encode_to_vec());
             }
         }
     }

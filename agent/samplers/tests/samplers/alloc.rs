@@ -1,8 +1,8 @@
 //! The sampler's steady state allocates nothing: a producer thread writes well over 100,000
 //! cycles (with misses, bursts and fallbacks) through `loop_probe::ProbeWriter` while the
 //! sampler polls, emits snapshots and safety events into a sink that encodes into a reserved
-//! buffer, and the model watcher ticks over an unchanged manifest; the allocations of the
-//! sampler's thread are counted after a warm-up.
+//! buffer (and copies the states it keeps into another), and the model watcher ticks over an
+//! unchanged manifest; the allocations of the sampler's thread are counted after a warm-up.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,9 +22,12 @@ use crate::util::{config, now, probe, scratch};
 const RECORDS: u64 = 150_000;
 const WARM_UP_RECORDS: u64 = 20_000;
 
-/// Encodes every event into a buffer reserved up front; keeps counts, never allocates.
+/// Encodes every event into a buffer reserved up front, copies kept states into another; keeps
+/// counts, never allocates.
 struct EncodingSink {
     buf: Vec<u8>,
+    kept: Vec<u8>,
+    keeps: u64,
     events: u64,
     snapshots: u64,
     bursts: u64,
@@ -60,6 +63,12 @@ impl EventSink for EncodingSink {
             _ => {}
         }
     }
+
+    fn keep(&mut self, _key: &str, state: &[u8]) {
+        self.kept.clear();
+        self.kept.extend_from_slice(state);
+        self.keeps += 1;
+    }
 }
 
 #[test]
@@ -80,6 +89,8 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
     let mut s = DeadlineSampler::new(config(vec![probe(&path)], 0.01, |_| {}), now());
     let mut sink = EncodingSink {
         buf: Vec::with_capacity(1 << 20),
+        kept: Vec::with_capacity(64 << 10),
+        keeps: 0,
         events: 0,
         snapshots: 0,
         bursts: 0,
@@ -179,6 +190,7 @@ fn the_sampler_allocates_nothing_in_steady_state_over_150000_cycles() {
     );
     assert!(sink.bursts >= 30, "{} bursts", sink.bursts);
     assert!(sink.autonomy > 10, "{} autonomy snapshots", sink.autonomy);
+    assert!(sink.keeps > 100, "{} states kept", sink.keeps);
     assert_eq!(sink.fallback_total, RECORDS / 1000);
     assert_eq!(
         sink.last_cycles, RECORDS,

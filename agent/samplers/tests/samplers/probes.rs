@@ -384,3 +384,70 @@ fn counters_carry_activations_deadline_misses_and_overruns_under_their_own_names
         "the old fields keep their old meaning"
     );
 }
+
+#[test]
+fn a_flush_emits_every_series_and_a_new_sampler_continues_them_from_the_kept_state() {
+    let dir = scratch();
+    let path = dir.path().join("k.probe");
+    // Snapshots far apart: only the first value of a series is reported before the flush.
+    let cfg = || config(vec![probe(&path)], 3600.0, |_| {});
+    let mut s = DeadlineSampler::new(cfg(), now());
+    let mut sink = CollectingSink::default();
+    let mut w = writer(&path, "steer", 4096);
+    s.poll(now(), None, &mut sink);
+    let base = now().monotonic_ns;
+    write_cycles(&mut w, base, 0, 10, &[]);
+    s.poll(now(), None, &mut sink);
+    write_cycles(&mut w, base, 10, 90, &[50, 51]);
+    s.poll(now(), None, &mut sink);
+    assert_eq!(
+        counters(&sink).last().unwrap().cycles,
+        10,
+        "not yet reported"
+    );
+
+    // The agent stops: a last read, then every series, due or not.
+    s.flush(now(), None, &mut sink);
+    let last = counters(&sink).last().copied().unwrap().clone();
+    assert_eq!((last.cycles, last.overruns), (100, Some(2)));
+    let key = DeadlineSampler::state_key(&path);
+    let kept = sink
+        .kept
+        .get(&key)
+        .expect("the loop's state is kept")
+        .clone();
+
+    // While the agent is down the loop runs on; the next agent continues the same series.
+    write_cycles(&mut w, base, 100, 50, &[120]);
+    let mut s = DeadlineSampler::new(cfg(), now());
+    s.restore(|k| (k == key).then_some(kept.as_slice()));
+    let mut sink = CollectingSink::default();
+    s.poll(now(), None, &mut sink);
+    s.flush(now(), None, &mut sink);
+    let resumed = counters(&sink).last().copied().unwrap().clone();
+    assert_eq!((resumed.cycles, resumed.overruns), (150, Some(3)));
+    assert_eq!(resumed.start_time_unix_ns, last.start_time_unix_ns);
+    assert_eq!(resumed.activations, Some(150));
+    let histogram: u64 = resumed.response_time.unwrap().counts.iter().sum();
+    assert_eq!(
+        histogram, 150,
+        "records read before the restart are not counted again"
+    );
+    assert!(
+        !states(&sink, "steer").contains(&ProbeState::Restarted),
+        "the same producer is no restart"
+    );
+}
+
+#[test]
+fn a_probe_path_of_any_length_keeps_its_state_under_a_short_distinct_key() {
+    let short = DeadlineSampler::state_key(std::path::Path::new("/dev/shm/steer.probe"));
+    assert_eq!(short, "deadline//dev/shm/steer.probe");
+    let long = |tail: &str| format!("/dev/shm/{}é/{tail}.probe", "a".repeat(300));
+    let a = DeadlineSampler::state_key(std::path::Path::new(&long("steer")));
+    let b = DeadlineSampler::state_key(std::path::Path::new(&long("plan")));
+    assert_ne!(a, b);
+    // The queue's key-value area takes keys of at most 256 bytes.
+    assert!(a.len() <= 256 && b.len() <= 256, "{} {}", a.len(), b.len());
+    assert!(a.ends_with("steer.probe"));
+}

@@ -79,6 +79,7 @@ pub fn safety_batch(machine: &str, epoch: u64, first: u64, count: u64, start_ns:
                     reason: "obstacle".into(),
                     mode: 1,
                     model: None,
+                    ..Default::default()
                 })),
             }
         })

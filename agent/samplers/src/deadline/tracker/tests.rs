@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use edgewatch_proto::v1::{Tier, event::Kind};
 use loop_probe::{CycleCounters, EventCounters, LastRecord, PollStats, ProbeInfo, Record, Summary};
 use proptest::prelude::*;
+use prost::Message;
 
 use super::*;
 use crate::CollectingSink;
@@ -191,6 +192,10 @@ enum Action {
     Snapshot,
     /// The producer crashes and a new one starts (new epoch, counters from zero).
     Restart,
+    /// The agent is SIGKILLed and started again: a new tracker takes the state kept last (the
+    /// shell keeps it after every pass that emitted, in the events' transaction), finds the same
+    /// producer running, and reads its whole ring again.
+    AgentCrash,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -203,6 +208,7 @@ fn action() -> impl Strategy<Value = Action> {
             .prop_map(|(lose, holds_lock)| Action::Poll { lose, holds_lock }),
         1 => Just(Action::Snapshot),
         1 => Just(Action::Restart),
+        1 => Just(Action::AgentCrash),
     ]
 }
 
@@ -226,6 +232,18 @@ struct Model {
     counted: (u64, u64),
     /// The last record written.
     last: Option<LastRecord>,
+    /// Every record of the epoch (the ring, never overwritten here).
+    ring: Vec<Record>,
+}
+
+/// What the agent kept last, and the model's expectations as of then: a crash takes both back.
+struct Kept {
+    state: Vec<u8>,
+    expected: BTreeMap<String, (u64, u64, u64)>,
+    polled: CycleCounters,
+    delivered: u64,
+    counted: (u64, u64),
+    records_read: u64,
 }
 
 fn label(m: Option<u8>) -> String {
@@ -247,8 +265,12 @@ proptest! {
         let mut m = Model { epoch: 1, ..Model::default() };
         let mut clock = 10_000u64;
         t.start_epoch(&info(m.epoch), None, at(clock), &mut em, &mut sink);
+        let mut kept: Option<Kept> = None;
+        let mut read_up_to = 0u64;
         for a in actions {
             clock += PERIOD;
+            let emitted_before = sink.events.len();
+            let is_crash = matches!(a, Action::AgentCrash);
             match a {
                 Action::Record { n, miss_every, late_every, skip } => {
                     if m.totals.cycles > 0 {
@@ -277,7 +299,7 @@ proptest! {
                         if late {
                             flags |= loop_probe::FLAG_DEADLINE_MISS;
                         }
-                        m.unread.push(Record {
+                        let record = Record {
                             index: m.totals.cycles - 1,
                             cycle: m.next_cycle,
                             release_ns: release,
@@ -286,7 +308,9 @@ proptest! {
                             budget_ns: 800_000,
                             loop_id: 3,
                             flags,
-                        });
+                        };
+                        m.unread.push(record);
+                        m.ring.push(record);
                         m.next_cycle += 1;
                     }
                 }
@@ -297,8 +321,14 @@ proptest! {
                     let lose = lose.min(m.unread.len() as u64);
                     for r in m.unread.iter().skip(lose as usize) {
                         t.record(r);
+                        // Records a restarted agent reads again, below what it read, are skipped.
+                        if r.index >= read_up_to {
+                            m.delivered += 1;
+                        }
                     }
-                    m.delivered += m.unread.len() as u64 - lose;
+                    if let Some(r) = m.unread.last() {
+                        read_up_to = read_up_to.max(r.index + 1);
+                    }
                     m.unread.clear();
                     let summary = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock, last_record: m.last, ..Summary::default() };
                     let stats = PollStats { lost: lose, ..PollStats::default() };
@@ -355,13 +385,46 @@ proptest! {
                     let total = counted.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
                     prop_assert_eq!(total, m.counted);
                     m = Model { epoch: m.epoch + 1, model: None, ..Model::default() };
+                    read_up_to = 0;
                     t.start_epoch(&info(m.epoch), None, at(clock), &mut em, &mut sink);
                 }
+                Action::AgentCrash => {
+                    // Only what the last keep wrote survives, with the events before it.
+                    let Some(k) = &kept else { continue };
+                    t = LoopTracker::new(settings());
+                    t.restore(LoopResume::decode_kept(&k.state).unwrap());
+                    let header = Summary { cycles: m.totals, events: EventCounters::default(), head: m.totals.cycles, heartbeat_ns: clock, last_record: m.last, ..Summary::default() };
+                    // The producer is found running: without the kept state this header would
+                    // be the baseline and earlier counts lost.
+                    t.start_epoch(&info(m.epoch), Some((header, None)), at(clock), &mut em, &mut sink);
+                    m.expected = k.expected.clone();
+                    m.polled = k.polled;
+                    m.delivered = k.delivered;
+                    m.counted = k.counted;
+                    read_up_to = k.records_read;
+                    // A new reader starts at the oldest record the ring holds: here, all of them.
+                    m.unread = m.ring.clone();
+                }
+            }
+            if sink.events.len() > emitted_before && !is_crash {
+                // The shell keeps the state after a pass that emitted.
+                let state = t.kept_state().encode_to_vec();
+                let records_read = t.kept_state().records_read;
+                kept = Some(Kept {
+                    state,
+                    expected: m.expected.clone(),
+                    polled: m.polled,
+                    delivered: m.delivered,
+                    counted: m.counted,
+                    records_read,
+                });
             }
         }
         // Nothing is ever reported with zero counts, every counter event is SLO tier, and within
-        // a series activations and deadline misses never go down and hold what the header held.
+        // a series activations and deadline misses never go down (across agent crashes too) and
+        // hold what the header held, and a series keeps its start.
         let mut seen: BTreeMap<(u64, String), (u64, u64)> = BTreeMap::new();
+        let mut starts: BTreeMap<(u64, String), i64> = BTreeMap::new();
         for (tier, e) in &sink.events {
             if let Some(Kind::DeadlineCounters(c)) = &e.kind {
                 prop_assert_eq!(*tier, Tier::Slo);
@@ -375,9 +438,144 @@ proptest! {
                 prop_assert_eq!(c.overruns, Some(c.misses));
                 prop_assert_eq!(c.semantics(), v1::DeadlineSemantics::Completion);
                 let key = (c.producer_epoch, c.model.as_ref().unwrap().version.clone());
+                let start = *starts.entry(key.clone()).or_insert(c.start_time_unix_ns);
+                prop_assert_eq!(start, c.start_time_unix_ns, "a series changed its start");
                 let before = seen.insert(key, (a, d)).unwrap_or((0, 0));
                 prop_assert!(a >= before.0 && d >= before.1, "went down: {:?} -> {:?}", before, (a, d));
             }
         }
     }
+}
+
+/// One poll of a producer holding no lock (so nothing is owed) whose header says `cycles`, its
+/// last cycle released (and its heartbeat) at `heartbeat`.
+fn poll_at(
+    t: &mut LoopTracker,
+    em: &mut Emitter,
+    sink: &mut CollectingSink,
+    clock: u64,
+    cycles: u64,
+    heartbeat: u64,
+) {
+    t.begin_poll(None, None, AutonomyMode::Unknown, at(clock), em, sink);
+    let header = summary(cycles, 0, heartbeat);
+    t.end_poll(
+        &header,
+        &PollStats::default(),
+        None,
+        false,
+        at(clock),
+        em,
+        sink,
+    );
+}
+
+/// Event times of the `DeadlineCounters` emitted so far.
+fn counter_times(sink: &CollectingSink) -> Vec<i64> {
+    sink.events
+        .iter()
+        .filter(|(_, e)| matches!(e.kind, Some(Kind::DeadlineCounters(_))))
+        .map(|(_, e)| e.event_time_unix_ns)
+        .collect()
+}
+
+#[test]
+fn an_epochs_last_values_are_stamped_at_its_last_heartbeat_after_its_last_report() {
+    const S: u64 = 1_000_000_000;
+    let mut t = LoopTracker::new(settings());
+    let (mut em, mut sink) = (Emitter::new(), CollectingSink::default());
+    t.start_epoch(&info(9), None, at(S / 1000), &mut em, &mut sink);
+    poll_at(&mut t, &mut em, &mut sink, 2 * S, 40, 2 * S);
+    poll_at(&mut t, &mut em, &mut sink, 5 * S, 100, 3 * S);
+    // The agent sees the end at 10 s; the producer's last heartbeat was at 3 s.
+    t.end_epoch(at(10 * S), &mut em, &mut sink);
+    assert_eq!(
+        counter_times(&sink),
+        [at(2 * S).wall_unix_ns, at(3 * S).wall_unix_ns],
+        "first value at once, last at the last heartbeat"
+    );
+
+    // A report after the last heartbeat (a hung loop's snapshot): the last values follow it by a
+    // millisecond, the gateway's resolution, so the two never share a timestamp.
+    let mut t = LoopTracker::new(settings());
+    let mut sink = CollectingSink::default();
+    t.start_epoch(&info(10), None, at(S / 1000), &mut em, &mut sink);
+    poll_at(&mut t, &mut em, &mut sink, 2 * S, 40, 2 * S);
+    poll_at(&mut t, &mut em, &mut sink, 5 * S, 100, 3 * S);
+    t.snapshot(at(6 * S), &mut em, &mut sink);
+    poll_at(&mut t, &mut em, &mut sink, 7 * S, 120, 3 * S);
+    t.end_epoch(at(10 * S), &mut em, &mut sink);
+    let times = counter_times(&sink);
+    assert_eq!(
+        times[times.len() - 2..],
+        [at(6 * S).wall_unix_ns, at(6 * S + 1_000_000).wall_unix_ns]
+    );
+    // Never later than the poll that ends the epoch.
+    let mut t = LoopTracker::new(settings());
+    let mut sink = CollectingSink::default();
+    t.start_epoch(&info(11), None, at(S / 1000), &mut em, &mut sink);
+    poll_at(&mut t, &mut em, &mut sink, 2 * S, 40, 2 * S);
+    poll_at(
+        &mut t,
+        &mut em,
+        &mut sink,
+        2 * S + 200_000,
+        41,
+        2 * S + 100_000,
+    );
+    t.end_epoch(at(2 * S + 300_000), &mut em, &mut sink);
+    let times = counter_times(&sink);
+    assert_eq!(times.last(), Some(&at(2 * S + 300_000).wall_unix_ns));
+}
+
+#[test]
+fn a_kept_state_of_another_producer_is_not_resumed_but_names_the_restart() {
+    let mut t = LoopTracker::new(settings());
+    let (mut em, mut sink) = (Emitter::new(), CollectingSink::default());
+    t.start_epoch(&info(9), None, at(1_000), &mut em, &mut sink);
+    poll_at(&mut t, &mut em, &mut sink, 2_000_000, 40, 2_000_000);
+    let kept = t.kept_state().encode_to_vec();
+
+    // The agent restarts and finds another producer: it counts from first sight, and reports
+    // the restart it missed.
+    let mut t = LoopTracker::new(settings());
+    let mut sink = CollectingSink::default();
+    t.restore(LoopResume::decode_kept(&kept).unwrap());
+    let base = summary(500, 0, 3_000_000);
+    t.start_epoch(
+        &info(10),
+        Some((base, None)),
+        at(3_000_000),
+        &mut em,
+        &mut sink,
+    );
+    poll_at(&mut t, &mut em, &mut sink, 4_000_000, 510, 4_000_000);
+    let (_, _, s) = t.series().next().unwrap();
+    assert_eq!(s.cycles, 10);
+    assert!(sink.events.iter().any(|(_, e)| matches!(
+        &e.kind,
+        Some(Kind::ProbeStatus(p)) if p.state() == ProbeState::Restarted
+    )));
+
+    // The same producer: the series goes on from what was kept, the gap credited once.
+    let mut t = LoopTracker::new(settings());
+    let mut sink = CollectingSink::default();
+    t.restore(LoopResume::decode_kept(&kept).unwrap());
+    let base = summary(500, 0, 3_000_000);
+    t.start_epoch(
+        &info(9),
+        Some((base, None)),
+        at(3_000_000),
+        &mut em,
+        &mut sink,
+    );
+    poll_at(&mut t, &mut em, &mut sink, 4_000_000, 510, 4_000_000);
+    let (_, start, s) = t.series().next().unwrap();
+    assert_eq!((s.cycles, s.activations), (510, 510));
+    assert_eq!(start, at(1_000).wall_unix_ns, "the series keeps its start");
+    assert!(
+        sink.events.is_empty(),
+        "nothing to report at once: {:?}",
+        sink.events
+    );
 }
