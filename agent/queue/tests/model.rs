@@ -235,12 +235,14 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
             } => {
                 let first = model.durable_next[tier].saturating_sub(from_back).max(1);
                 let last = first + len;
-                queue.ack(TIERS[tier], first..=last, at_ms(now));
+                let epoch = queue.epoch();
+                queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                 model.ack(tier, first, last);
             }
             Action::AckLastBatch => {
                 if let Some((tier, first, last)) = last_batch.take() {
-                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    let epoch = queue.epoch();
+                    queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                     model.ack(tier, first, last);
                 }
             }
@@ -423,7 +425,8 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
             }
             Action::Ack { .. } | Action::AckLastBatch => {
                 if let Some((tier, first, last)) = last_batch.take() {
-                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    let epoch = queue.epoch();
+                    queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                     acked.push((tier, first, last));
                 }
             }

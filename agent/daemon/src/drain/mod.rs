@@ -94,6 +94,7 @@ pub struct DrainStats {
 enum Sent {
     Batch {
         tier: Tier,
+        epoch: u64,
         first: u64,
         last: u64,
         events: u64,
@@ -398,6 +399,7 @@ impl Drain {
         self.header.sent_time_unix_ns = unix_ns(clock::wall());
         let sent = Sent::Batch {
             tier: batch.tier(),
+            epoch: batch.epoch(),
             first: batch.first_seq(),
             last: batch.last_seq(),
             events: batch.len() as u64,
@@ -513,6 +515,7 @@ impl Drain {
     fn on_puback(&mut self, sent: Sent, reason: PubAckReason, stale: bool) -> Option<String> {
         let Sent::Batch {
             tier,
+            epoch,
             first,
             last,
             events,
@@ -525,7 +528,8 @@ impl Drain {
         match reason {
             PubAckReason::Success => {
                 let now = clock::wall();
-                self.spool.queue_mut().ack(tier, first..=last, now);
+                // A batch read before a quarantine renumbered the queue deletes nothing.
+                self.spool.queue_mut().ack(tier, epoch, first..=last, now);
                 let mut stats = self.stats.borrow_mut();
                 stats.last_ack_unix_ms = Some(unix_ms(now));
                 stats.batches_acked += 1;
@@ -554,7 +558,7 @@ impl Drain {
             PubAckReason::NoMatchingSubscribers => {
                 self.spool
                     .queue_mut()
-                    .ack(tier, first..=last, clock::wall());
+                    .ack(tier, epoch, first..=last, clock::wall());
                 None
             }
             refusal => {
