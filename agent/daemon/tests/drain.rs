@@ -7,6 +7,7 @@
 //! sizes and flush periods are the packaged ones.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+#![allow(clippy::print_stderr)] // The measured figures go to the test's output.
 
 mod util;
 
@@ -199,6 +200,10 @@ fn a_link_cut_under_a_bandwidth_cap_delays_a_ten_megabyte_backlog_only_by_the_re
     );
     let backoff_min = Duration::from_millis(DEFAULT_BACKOFF_MIN_MS);
     let budget = Duration::from_secs_f64(1.2 * wire as f64 / CAP as f64) + backoff_min;
+    eprintln!(
+        "{wire} bytes on the wire after the link returned ({total} in all) took {took:?}; \
+         budget {budget:?}; {reconnects} connections after the return"
+    );
     assert!(
         took <= budget,
         "{wire} bytes took {took:?} after the link returned; at most {budget:?} allowed"
@@ -258,6 +263,10 @@ fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() 
         agent.uplink(),
         agent.log()
     );
+    eprintln!(
+        "600 events arrived over {connected} connections; uplink: {}",
+        agent.uplink()
+    );
     // One connection, plus one per halving: 256 KiB, 128 KiB, then under the limit.
     assert!(
         connected <= 4,
@@ -290,6 +299,11 @@ fn a_broker_without_subscribers_sees_one_connection_and_growing_pauses() {
     let refusals = uplink["no_subscribers"].as_u64().unwrap() - refusals_at_start;
     let bytes = proxy.bytes_upstream() - bytes_at_start;
     let elapsed = start.elapsed();
+    eprintln!(
+        "in {elapsed:?}: {refusals} PUBACK 0x10, {bytes} bytes uploaded, {} connections in all; \
+         uplink: {uplink}",
+        connections(&proxy)
+    );
     assert!(
         connections(&proxy) <= 1,
         "{} connections; uplink: {uplink}",
