@@ -49,7 +49,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use self::core::{
-    Action, BatchRef, ConnectInfo, DEAD_LETTER_AFTER, DeadLetterCause, DrainCore, Lost, Note,
+    Action, BatchRef, ConnectInfo, DEAD_LETTER_AFTER, DeadLetterCause, DrainCore, Note,
     ReadOutcome, ReadRequest, Settings, reason,
 };
 use self::link::{Command, Link, LinkEvent};
@@ -348,7 +348,6 @@ impl Drain {
                 } else {
                     tracing::debug!(reason = %text, "Connecting to the broker failed.");
                 }
-                let _ = lost;
                 core.on_connection_lost(now, lost);
             }
         }
@@ -509,14 +508,6 @@ impl Drain {
                 stats.disconnects += 1;
                 stats.backoff_ms = Some(u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX));
                 stats.paused_until_unix_ms = None;
-                if let Some(code) = match lost {
-                    Lost::Disconnected(code) if code >= 0x80 => Some(code),
-                    Lost::Undecodable(Some(code)) => Some(code),
-                    _ => None,
-                } {
-                    stats.refused += 1;
-                    stats.last_refusal = Some(reason_text(code));
-                }
                 tracing::info!(
                     ?lost,
                     was_connected,
