@@ -11,7 +11,7 @@
 //!
 //!  Connected: Read ─► on_read ─► Publish (window, bandwidth bucket) ─► on_written(pkid)
 //!             on_puback(pkid, 0x00) ─► Delete{tier, epoch, first..=last}      (the only deletion)
-//!             0x10 / 0x97            ─► quiesce, pause (backoff grows), then one batch at a time
+//!             0x10 / 0x97            ─► quiesce, pause (backoff grows), then probe: one record at a time
 //!             0x87 / 0x90            ─► quiesce, park the tier
 //!             0x80 / 0x83 / 0x99 / 0x95 ─► quiesce, halve the tier's batches; one record refused
 //!                                          `dead_letter_after` times ─► DeadLetter
@@ -301,7 +301,7 @@ pub enum Note {
     NoSubscribers {
         /// The batch.
         batch: BatchRef,
-        /// Sending resumes (one batch at a time) after this long, if this refusal started a pause.
+        /// Sending resumes (one record at a time) after this long, if this refusal started a pause.
         pause: Option<Duration>,
     },
     /// The broker refused a batch with `code`.
@@ -397,7 +397,7 @@ pub struct DrainCore {
     parked_until: PerTier<Option<Instant>>,
     /// No reads until then (no subscribers, quota, a record refused alone); the connection stays.
     paused_until: Option<Instant>,
-    /// One publish at a time until a success (after a pause).
+    /// One publish of one record at a time until a success (after a pause).
     probing: bool,
     /// Reading stopped until nothing is in flight, since then.
     quiesce: Option<Instant>,
@@ -460,7 +460,7 @@ impl DrainCore {
         // unacknowledged there was never taken.
         let culprit = self
             .dead
-            .iter()
+            .written()
             .find(|sent| matches!(sent, Sent::Batch(_)))
             .copied();
         if let Some(code) = self.blame.take()
@@ -750,8 +750,14 @@ impl DrainCore {
         let mut limits = PerTier::<Option<BatchLimits>>::default();
         for ix in 0..TIERS.len() {
             if self.parked_until.at(ix).is_none() {
+                // A probe only asks whether the broker takes a publish again: one record.
+                let max_records = if self.probing {
+                    1
+                } else {
+                    *self.record_limit.at(ix)
+                };
                 *limits.at_mut(ix) = Some(BatchLimits {
-                    max_records: *self.record_limit.at(ix),
+                    max_records,
                     max_bytes: self.settings.max_batch_bytes,
                 });
             }
@@ -931,7 +937,7 @@ impl DrainCore {
     }
 
     /// Quiesce, then pause with the backoff (once per round: refusals of the publishes still in
-    /// flight do not compound it), then probe one batch at a time. Returns the pause, if new.
+    /// flight do not compound it), then probe with one record at a time. Returns the pause, if new.
     fn pause(&mut self, now: Instant) -> Option<Duration> {
         let new_round = self.paused_until.is_none() && self.quiesce.is_none();
         self.start_quiesce(now);

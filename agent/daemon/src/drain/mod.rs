@@ -529,7 +529,7 @@ impl Drain {
                 if let Some(pause) = pause {
                     tracing::warn!(tier = ?batch.tier, first = batch.first, last = batch.last,
                         pause_ms = pause.as_millis() as u64,
-                        "The broker has no subscriber for our batches; pausing, one batch at a time after.");
+                        "The broker has no subscriber for our batches; pausing, then one record at a time.");
                 }
             }
             Note::Refused { batch, code } => {

@@ -104,6 +104,11 @@ impl<T> Tracker<T> {
         self.written.first().map(|(_, item)| item)
     }
 
+    /// The written items not acknowledged, in the order they were written.
+    pub fn written(&self) -> impl Iterator<Item = &T> {
+        self.written.iter().map(|(_, item)| item)
+    }
+
     /// Every item, written or not, in the order they were submitted to the client as far as
     /// known (written first, then the collided one, then the rest).
     pub fn iter(&self) -> impl Iterator<Item = &T> {

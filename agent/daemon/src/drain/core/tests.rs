@@ -449,8 +449,15 @@ fn no_subscribers_pause_the_drain_with_a_growing_backoff_and_probe_one_batch_at_
     let mut ceilings = vec![rig.core.backoff_ceiling()];
     let mut pkid = 4;
     for _ in 0..4 {
-        rig.publish(batch(Tier::Safety, EPOCH, 1, 8), pkid);
-        assert!(rig.would_read().is_none(), "probing: one batch at a time");
+        rig.core.on_durable();
+        let probe = read_request(&rig.poll()).unwrap();
+        assert_eq!(
+            probe.limits.safety.unwrap().max_records,
+            1,
+            "a probe is one record"
+        );
+        rig.publish(batch(Tier::Safety, EPOCH, 1, 1), pkid);
+        assert!(rig.would_read().is_none(), "probing: one publish at a time");
         rig.puback(pkid, reason::NO_MATCHING_SUBSCRIBERS);
         ceilings.push(rig.core.backoff_ceiling());
         rig.wait_for_timer();
@@ -462,12 +469,17 @@ fn no_subscribers_pause_the_drain_with_a_growing_backoff_and_probe_one_batch_at_
         "the pause grows every round"
     );
     // A subscriber appears: success ends probing and resets the backoff.
-    rig.publish(batch(Tier::Safety, EPOCH, 1, 8), pkid);
+    rig.publish(batch(Tier::Safety, EPOCH, 1, 1), pkid);
     let actions = rig.puback(pkid, reason::SUCCESS);
-    assert!(actions.contains(&Action::Delete(batch(Tier::Safety, EPOCH, 1, 8))));
+    assert!(actions.contains(&Action::Delete(batch(Tier::Safety, EPOCH, 1, 1))));
     assert_eq!(rig.core.backoff_ceiling(), Duration::from_secs(1));
-    rig.publish(batch(Tier::Safety, EPOCH, 9, 16), pkid + 1);
-    assert!(rig.would_read().is_some(), "the window is open again");
+    rig.publish(batch(Tier::Safety, EPOCH, 2, 9), pkid + 1);
+    let request = rig.would_read().expect("the window is open again");
+    assert_eq!(
+        request.limits.safety.unwrap().max_records,
+        8,
+        "full batches again"
+    );
     assert!(rig.core.is_connected());
 }
 
@@ -1061,6 +1073,23 @@ impl World {
         if !self.up {
             return;
         }
+        // A refusal that ends the connection is the broker's answer to the oldest publish it has
+        // not answered yet.
+        if lost.blames_a_publish().is_some()
+            && let Some(Carried::Records {
+                tier, epoch, seqs, ..
+            }) = self
+                .written
+                .iter()
+                .map(|(_, carried)| carried)
+                .find(|carried| matches!(carried, Carried::Records { .. }))
+            && seqs.len() == 1
+        {
+            *self
+                .refused_alone
+                .entry((*tier, *epoch, seqs[0]))
+                .or_default() += 1;
+        }
         self.up = false;
         self.channel.clear();
         self.written.clear();
@@ -1168,7 +1197,10 @@ impl World {
                 self.step(Step::Connect { ok: true });
                 continue;
             }
-            if !self.channel.is_empty() && self.written.len() < usize::from(WINDOW) {
+            if !self.channel.is_empty()
+                && self.collided.is_none()
+                && self.written.len() < usize::from(WINDOW)
+            {
                 self.step(Step::Write);
             } else if !self.events.is_empty() {
                 self.step(Step::Deliver);
@@ -1190,8 +1222,16 @@ impl World {
     }
 }
 
+/// `PROPTEST_CASES=N` runs more cases (default 256).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// Whatever the link, the broker and the queue do: a record is deleted only after a success
     /// PUBACK for a publish of that record in the same epoch; only a record refused alone again
