@@ -27,6 +27,22 @@ pub const MIN_KEEPALIVE_S: u64 = 5;
 pub const MAX_KEEPALIVE_S: u64 = 65_535;
 /// Raw (uncompressed) bytes per batch: compressed, always under the wire format's 512 KiB limit.
 pub const DEFAULT_MAX_BATCH_BYTES: u64 = 256 * 1024;
+/// Room for a batch's header fields (ids, version, sequence range, times) in its encoding.
+const BATCH_HEADER_RESERVE: u64 = 1024;
+/// Protobuf bytes around each event in a batch: its field key and a length of up to 3 bytes.
+const BATCH_EVENT_OVERHEAD: u64 = 4;
+/// Bytes of a zstd frame beyond its bound's estimate (frame header, checksum), rounded up.
+const ZSTD_FRAME_RESERVE: u64 = 64;
+
+/// The largest `uplink.max_batch_bytes` the framing carries with batches of `max_batch_events`
+/// events: a batch of that many event bytes that does not compress at all must still fit
+/// [`edgewatch_proto::framing::MAX_COMPRESSED_BYTES`] once encoded and compressed (zstd's worst
+/// case above 128 KiB is the input plus 1/256 of it).
+pub const fn max_batch_bytes_limit(max_batch_events: u32) -> u64 {
+    let compressed = edgewatch_proto::framing::MAX_COMPRESSED_BYTES as u64 - ZSTD_FRAME_RESERVE;
+    let encoded = compressed * 256 / 257;
+    encoded - BATCH_HEADER_RESERVE - BATCH_EVENT_OVERHEAD * max_batch_events as u64
+}
 /// Events per batch: keeps a batch's decode cost at the gateway small.
 pub const DEFAULT_MAX_BATCH_EVENTS: u32 = 2_000;
 /// Publishes awaiting PUBACK at once; Mosquitto announces a Receive Maximum of 20.
@@ -659,13 +675,6 @@ impl Config {
             Duration::from_secs(DEFAULT_KEEPALIVE_S),
         )?
         .value;
-        let max_raw = edgewatch_proto::framing::MAX_DECOMPRESSED_BYTES as u64 / 2;
-        if uplink.max_batch_bytes < 1024 || uplink.max_batch_bytes > max_raw {
-            return Err(ConfigError::new(
-                "uplink.max_batch_bytes",
-                format!("must be between 1024 and {max_raw} bytes"),
-            ));
-        }
         if uplink.max_batch_events == 0
             || uplink.max_batch_events as usize > edgewatch_proto::framing::MAX_EVENTS_PER_BATCH
         {
@@ -674,6 +683,18 @@ impl Config {
                 format!(
                     "must be between 1 and {}",
                     edgewatch_proto::framing::MAX_EVENTS_PER_BATCH
+                ),
+            ));
+        }
+        let max_raw = max_batch_bytes_limit(uplink.max_batch_events);
+        if uplink.max_batch_bytes < 1024 || uplink.max_batch_bytes > max_raw {
+            return Err(ConfigError::new(
+                "uplink.max_batch_bytes",
+                format!(
+                    "must be between 1024 and {max_raw} bytes (with uplink.max_batch_events = {}): \
+                     a batch that does not compress must fit the framing's {} compressed bytes",
+                    uplink.max_batch_events,
+                    edgewatch_proto::framing::MAX_COMPRESSED_BYTES
                 ),
             ));
         }
@@ -925,6 +946,10 @@ port = 8883
                 "uplink.max_batch_bytes",
             ),
             (
+                "port = 8883\nmax_batch_bytes = 2097152",
+                "uplink.max_batch_bytes",
+            ),
+            (
                 "port = 8883\nbandwidth_bytes_per_s = 5",
                 "uplink.bandwidth_bytes_per_s",
             ),
@@ -960,6 +985,79 @@ port = 8883
         assert_eq!(parse(&text).unwrap_err().key(), Some("probe[0].path"));
         let text = format!("{MINIMAL}\n[[probe]]\npath = \"/dev/shm/a.probe\"\nwhat = 1\n");
         assert_eq!(parse(&text).unwrap_err().key(), Some("probe[0].what"));
+    }
+
+    /// Issue 15, item 3: up to 2 MiB used to be accepted, and an incompressible batch of that
+    /// size could never be sent (the framing carries 512 KiB compressed).
+    #[test]
+    fn a_batch_size_the_framing_cannot_carry_is_refused() {
+        let limit = max_batch_bytes_limit(DEFAULT_MAX_BATCH_EVENTS);
+        let at = |bytes: u64| {
+            MINIMAL.replace(
+                "port = 8883",
+                &format!("port = 8883\nmax_batch_bytes = {bytes}"),
+            )
+        };
+        assert!(parse(&at(limit)).is_ok());
+        let error = parse(&at(limit + 1)).unwrap_err();
+        assert_eq!(error.key(), Some("uplink.max_batch_bytes"));
+        assert!(error.to_string().contains("524288"), "{error}");
+        // Fewer events per batch leave room for more bytes, never past the framing.
+        let fewer = MINIMAL.replace(
+            "port = 8883",
+            &format!(
+                "port = 8883\nmax_batch_events = 1\nmax_batch_bytes = {}",
+                limit + 7_996
+            ),
+        );
+        assert!(parse(&fewer).is_ok());
+        assert!(max_batch_bytes_limit(1) < edgewatch_proto::framing::MAX_COMPRESSED_BYTES as u64);
+        // Ten thousand incompressible events of the largest size, encoded and compressed, fit.
+        let worst = max_batch_bytes_limit(10_000);
+        let encoded = worst + BATCH_HEADER_RESERVE + 4 * 10_000;
+        assert!(encoded + encoded / 256 + ZSTD_FRAME_RESERVE <= 524_288);
+    }
+
+    #[test]
+    fn incompressible_batches_at_the_limit_fit_the_framing() {
+        use edgewatch_proto::framing::{BatchEncoder, MAX_COMPRESSED_BYTES};
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        for events in [1u32, 2_000, 10_000] {
+            let limit = max_batch_bytes_limit(events) as usize;
+            let size = limit / events as usize;
+            let bodies: Vec<Vec<u8>> = (0..events)
+                .map(|_| (0..size).map(|_| random()).collect())
+                .collect();
+            let header = edgewatch_proto::v1::Batch {
+                schema_version: edgewatch_proto::SCHEMA_VERSION,
+                machine_id: "m".repeat(64),
+                site_id: "s".repeat(64),
+                agent_epoch: u64::MAX,
+                tier: edgewatch_proto::v1::Tier::Debug as i32,
+                first_seq: u64::MAX - 20_000,
+                last_seq: u64::MAX - 20_000 + u64::from(events) - 1,
+                sent_time_unix_ns: i64::MAX,
+                events: Vec::new(),
+                machine_class: "c".repeat(64),
+                agent_version: "0.1.0".into(),
+            };
+            let mut out = Vec::new();
+            BatchEncoder::new(19)
+                .unwrap()
+                .encode_spliced(
+                    &header,
+                    bodies.iter().map(Vec::as_slice),
+                    MAX_COMPRESSED_BYTES,
+                    &mut out,
+                )
+                .unwrap_or_else(|error| panic!("{events} events of {size} bytes: {error}"));
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!   one "records are durable" signal.
 //! - [`sampling`]: the sampling loop (probes, model, sysfs, tegrastats) and its source statuses.
 //! - [`drain`]: empties the queue over MQTT v5 (the `[uplink]` section), safety first, deletion
-//!   only on PUBACK.
+//!   only on a success PUBACK in the same queue epoch; its decisions are a sans-IO core
+//!   (`drain::core`), rumqttc runs in a shell that only moves bytes (`drain::link`).
 //! - [`ingest`]: the local Unix socket for other processes' events, and `emit`.
 //! - [`status`]: the status file the agent writes every second and `status` reads.
 //! - [`health`]: the agent's own health, sent upstream as `AgentHealth` events.

@@ -249,8 +249,13 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
                 let mut read = 0;
                 while let Some(batch) = queue.next_batch(limits).unwrap() {
                     read += batch.len() as u64;
-                    let (tier, first, last) = (batch.tier(), batch.first_seq(), batch.last_seq());
-                    queue.ack(tier, first..=last, now());
+                    let (tier, epoch, first, last) = (
+                        batch.tier(),
+                        batch.epoch(),
+                        batch.first_seq(),
+                        batch.last_seq(),
+                    );
+                    queue.ack(tier, epoch, first..=last, now());
                     queue.flush(now()).unwrap();
                 }
                 assert_eq!(read, n);
@@ -289,8 +294,13 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
                 max_bytes: 2 * 1024 * 1024,
             };
             while let Some(batch) = queue.next_batch(limits).unwrap() {
-                let (tier, first, last) = (batch.tier(), batch.first_seq(), batch.last_seq());
-                queue.ack(tier, first..=last, now());
+                let (tier, epoch, first, last) = (
+                    batch.tier(),
+                    batch.epoch(),
+                    batch.first_seq(),
+                    batch.last_seq(),
+                );
+                queue.ack(tier, epoch, first..=last, now());
                 queue.flush(now()).unwrap();
             }
             let after_drain = vm_hwm_kib();
@@ -407,7 +417,8 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
             let mut first = 1;
             while first <= n * 9 / 10 {
                 let last = (first + 9_999).min(n * 9 / 10);
-                queue.ack(Tier::Debug, first..=last, now());
+                let epoch = queue.epoch();
+                queue.ack(Tier::Debug, epoch, first..=last, now());
                 queue.flush(now()).unwrap();
                 first = last + 1;
             }

@@ -14,9 +14,9 @@
 //!
 //! Invariants:
 //! - An append is reported durable only after the store has flushed it.
-//! - Records leave the queue only when the broker acknowledged them, or by a counted eviction,
-//!   expiry or corruption, reported upstream as a `QueueLoss` event written in the same
-//!   transaction as the deletion.
+//! - Records leave the queue only when the broker acknowledged them (in the epoch they were read
+//!   in), or by a counted eviction, expiry, corruption or dead letter, reported upstream as a
+//!   `QueueLoss` event written in the same transaction as the deletion.
 //! - Sequence numbers per tier never repeat within an epoch, across restarts; a store that will
 //!   not open is quarantined and replaced with a new epoch.
 //! - A staged key-value entry is committed by the next flush together with every append still
@@ -35,9 +35,9 @@
 //! let outcome = queue.flush(SystemTime::now())?;
 //! assert!(outcome.durable.safety >= seq);
 //! if let Some(batch) = queue.next_batch(BatchLimits::default())? {
-//!     let (tier, range) = (batch.tier(), batch.first_seq()..=batch.last_seq());
+//!     let (tier, epoch, range) = (batch.tier(), batch.epoch(), batch.first_seq()..=batch.last_seq());
 //!     // ... publish, await PUBACK ...
-//!     queue.ack(tier, range, SystemTime::now());
+//!     queue.ack(tier, epoch, range, SystemTime::now());
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -7,8 +7,10 @@
 //! - An append is durable only after the flush that wrote it returned `Ok`; reads hand out only
 //!   durable records, so a sequence number seen outside the machine always belongs to one record.
 //! - Records leave the store only by acknowledgement or by a counted loss (eviction, expiry,
-//!   corruption); each loss's counter and its `QueueLoss` report are written in the transaction
-//!   that deleted the records.
+//!   corruption, dead letter); each loss's counter and its `QueueLoss` report are written in the
+//!   transaction that deleted the records.
+//! - An acknowledgement, a dead letter or a rewind of another epoch (read before a quarantine
+//!   renumbered the queue) changes nothing.
 //! - Safety records are evicted only when the safety tier alone exceeds its own share.
 //! - A key-value entry is staged in memory and written by the next commit with every append
 //!   still waiting: never durable before an append made ahead of it. A failed commit keeps it
@@ -292,6 +294,9 @@ pub struct Queue {
     acks: Vec<(usize, u64, u64)>,
     /// Records found corrupt by reads, to delete and count at the next flush.
     corrupt: Vec<(usize, u64)>,
+    /// Records the uplink gave up on (refused by the broker again and again), to delete and
+    /// count as `Refused` at the next flush.
+    dead_letters: Vec<(usize, u64)>,
     /// Next sequence number to read per tier; records below it are handed out or gone.
     cursor: PerTier<u64>,
     /// Losses noticed outside a write (refusals, overflow), reported at the next commit.
@@ -407,6 +412,7 @@ impl Queue {
                 bulk_since: None,
             },
             acks: Vec::new(),
+            dead_letters: Vec::new(),
             corrupt: loaded.corrupt,
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
@@ -584,14 +590,27 @@ impl Queue {
             && (self.pending.bytes.len() as u64 + len) <= self.config.get().max_pending_bytes
     }
 
-    /// Acknowledges the records `seqs` of `tier` (delivered upstream). They are deleted at the next
-    /// flush; until then they are not handed out again. Sequence numbers not durable are ignored.
-    pub fn ack(&mut self, tier: Tier, seqs: RangeInclusive<u64>, now: SystemTime) {
-        let Some(ix) = tier::index(tier) else { return };
+    /// Acknowledges the records `seqs` of `tier` in `epoch` (delivered upstream). They are deleted
+    /// at the next flush; until then they are not handed out again. Sequence numbers not durable
+    /// are ignored, and so is an acknowledgement from another epoch (a publish read before a
+    /// quarantine renumbered the queue): it deletes nothing and returns false.
+    pub fn ack(
+        &mut self,
+        tier: Tier,
+        epoch: u64,
+        seqs: RangeInclusive<u64>,
+        now: SystemTime,
+    ) -> bool {
+        let Some(ix) = tier::index(tier) else {
+            return false;
+        };
+        if epoch != self.state.epoch {
+            return false;
+        }
         let first = *seqs.start();
         let last = (*seqs.end()).min(self.state.next_seq.at(ix).saturating_sub(1));
         if first > last {
-            return;
+            return false;
         }
         match self.acks.last_mut() {
             Some((prev_ix, _, prev_last))
@@ -602,6 +621,40 @@ impl Queue {
             _ => self.acks.push((ix, first, last)),
         }
         self.pending.bulk_since.get_or_insert(now);
+        true
+    }
+
+    /// Gives up on record `seq` of `tier` in `epoch` (the broker refused it again and again): it
+    /// is not handed out again and is deleted at the next flush, counted and reported as a
+    /// `Refused` loss in that transaction. Returns false, doing nothing, for another epoch or a
+    /// number not durable.
+    pub fn dead_letter(&mut self, tier: Tier, epoch: u64, seq: u64, now: SystemTime) -> bool {
+        let Some(ix) = tier::index(tier) else {
+            return false;
+        };
+        if epoch != self.state.epoch || seq == 0 || seq >= *self.state.next_seq.at(ix) {
+            return false;
+        }
+        if !self.dead_letters.contains(&(ix, seq)) {
+            self.dead_letters.push((ix, seq));
+        }
+        self.pending.bulk_since.get_or_insert(now);
+        true
+    }
+
+    /// Hands `tier`'s records from `from` on out again (the uplink split a batch it had read and
+    /// sends it in parts), leaving other tiers' reads where they are. Returns false, doing
+    /// nothing, for another epoch.
+    pub fn rewind(&mut self, tier: Tier, epoch: u64, from: u64) -> bool {
+        let Some(ix) = tier::index(tier) else {
+            return false;
+        };
+        if epoch != self.state.epoch {
+            return false;
+        }
+        let cursor = self.cursor.at_mut(ix);
+        *cursor = (*cursor).min(from);
+        true
     }
 
     /// Makes every record handed out and not acknowledged available again (after a lost
@@ -635,6 +688,7 @@ impl Queue {
                 continue;
             }
             let acks = &self.acks;
+            let dead_letters = &self.dead_letters;
             let corrupt = &mut self.corrupt;
             let index = &mut self.batch_index;
             let bytes = &mut self.batch_bytes;
@@ -644,6 +698,7 @@ impl Queue {
                 if acks
                     .iter()
                     .any(|&(a_ix, first, last)| a_ix == ix && (first..=last).contains(&seq))
+                    || dead_letters.contains(&(ix, seq))
                 {
                     consumed_to = Some(seq);
                     return true;
@@ -877,6 +932,7 @@ impl Queue {
         let nothing_to_do = self.pending.entries.is_empty()
             && self.acks.is_empty()
             && self.corrupt.is_empty()
+            && self.dead_letters.is_empty()
             && self.unreported.is_empty()
             && !self.kv.iter().any(|entry| entry.staged)
             && !expiry_due
@@ -916,6 +972,7 @@ impl Queue {
         let acks = &self.acks;
         let corrupt = &self.corrupt;
         let kv = &self.kv;
+        let dead_letters = &self.dead_letters;
         let scratch = &mut self.scratch;
         let value = &mut self.value;
         let rates = self.rates.rates();
@@ -944,6 +1001,12 @@ impl Queue {
                     table.remove_range(seq, seq, |removed| {
                         state.forget(ix, removed.bytes);
                         ledger.add_removed(ix, LossCause::Corrupt, &removed);
+                    })?;
+                }
+                for &(_, seq) in dead_letters.iter().filter(|d| d.0 == ix) {
+                    table.remove_range(seq, seq, |removed| {
+                        state.forget(ix, removed.bytes);
+                        ledger.add_removed(ix, LossCause::Refused, &removed);
                     })?;
                 }
                 if let Some(age) = config.max_age.at(ix) {
@@ -1062,6 +1125,7 @@ impl Queue {
             entry.staged = false;
         }
         self.kv.retain(|entry| entry.present);
+        self.dead_letters.clear();
         let durable = self.state.next_seq;
         Ok(FlushOutcome {
             epoch: self.state.epoch,
@@ -1200,6 +1264,7 @@ impl Queue {
         self.store_problem = None;
         self.corrupt.clear();
         self.acks.clear();
+        self.dead_letters.clear();
         self.cursor = PerTier::default();
         // The area in memory is the newest: all of it goes into the fresh store at the next
         // commit (over what the salvage copied).

@@ -40,8 +40,13 @@ fn appends_in_the_steady_state_do_not_allocate() {
         let flush = ALLOCATOR.allocations() - before;
         let before = ALLOCATOR.allocations();
         while let Some(batch) = queue.next_batch(limits).unwrap() {
-            let (tier, first, last) = (batch.tier(), batch.first_seq(), batch.last_seq());
-            queue.ack(tier, first..=last, at_ms(*now));
+            let (tier, epoch, first, last) = (
+                batch.tier(),
+                batch.epoch(),
+                batch.first_seq(),
+                batch.last_seq(),
+            );
+            queue.ack(tier, epoch, first..=last, at_ms(*now));
         }
         let read = ALLOCATOR.allocations() - before;
         (appends, flush, read)

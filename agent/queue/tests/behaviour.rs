@@ -115,7 +115,8 @@ fn handed_out_records_wait_for_an_ack_or_a_requeue() {
     let second = queue.next_batch(limits).unwrap().unwrap();
     assert_eq!((second.first_seq(), second.last_seq()), (4, 6));
     assert!(queue.next_batch(limits).unwrap().is_none());
-    queue.ack(Tier::Slo, 4..=6, at_ms(3));
+    let epoch = queue.epoch();
+    queue.ack(Tier::Slo, epoch, 4..=6, at_ms(3));
     queue.requeue_unacked();
     let again = queue.next_batch(limits).unwrap().unwrap();
     assert_eq!((again.first_seq(), again.last_seq()), (1, 3));
@@ -140,7 +141,8 @@ fn acknowledged_records_are_deleted_and_unacknowledged_ones_are_read_again_after
         max_bytes: 1 << 20,
     };
     queue.next_batch(limits).unwrap().unwrap();
-    queue.ack(Tier::Debug, 1..=2, at_ms(3));
+    let epoch = queue.epoch();
+    queue.ack(Tier::Debug, epoch, 1..=2, at_ms(3));
     queue.next_batch(limits).unwrap().unwrap();
     queue.flush(at_ms(4)).unwrap();
     assert_eq!(queue.status(at_ms(4)).tiers.debug.records, 2);
@@ -454,7 +456,8 @@ fn compaction_after_a_drain_shrinks_the_file() {
     queue.flush(at_ms(9000)).unwrap();
     let full = queue.file_bytes();
     assert!(full > 8_000_000, "{full}");
-    queue.ack(Tier::Debug, 1..=8000, at_ms(9001));
+    let epoch = queue.epoch();
+    queue.ack(Tier::Debug, epoch, 1..=8000, at_ms(9001));
     queue.flush(at_ms(9002)).unwrap();
     assert_eq!(queue.status(at_ms(9002)).tiers.debug.records, 0);
     assert!(queue.compact_if_drained().unwrap());

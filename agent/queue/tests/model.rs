@@ -1,7 +1,7 @@
-//! Model-based tests: random append / read / ack / requeue / flush / restart / crash actions run
-//! against the real queue (real redb files) and against a plain in-memory model, which keeps
-//! only what was flushed when the queue crashes. Every batch, every durable report and every
-//! record count must match.
+//! Model-based tests: random append / read / ack / requeue / rewind / flush / restart / crash
+//! actions run against the real queue (real redb files) and against a plain in-memory model,
+//! which keeps only what was flushed when the queue crashes. Every batch, every durable report and
+//! every record count must match; an acknowledgement carrying another epoch changes nothing.
 //!
 //! The key-value area runs in the same model: entries staged after an append (naming it, as the
 //! agent's samplers name the events their state describes), staged alone, or removed. After every
@@ -11,7 +11,7 @@
 //!
 //! A second property runs the same actions with a budget small enough to evict and age limits
 //! short enough to expire, and checks conservation instead of equality: every record ever made
-//! durable is still there, was acknowledged, or is counted as lost.
+//! durable is still there, was acknowledged or dead-lettered, or is counted as lost.
 //!
 //! `PROPTEST_CASES=N` runs more cases (default 48 each).
 #![allow(clippy::unwrap_used)]
@@ -49,6 +49,19 @@ enum Action {
         len: u64,
     },
     AckLastBatch,
+    /// An acknowledgement read in another epoch (before a quarantine): it must change nothing.
+    AckOtherEpoch {
+        tier: usize,
+        from_back: u64,
+        len: u64,
+    },
+    /// The uplink split a batch: hand the tier out again from a recent number.
+    Rewind {
+        tier: usize,
+        from_back: u64,
+    },
+    /// The uplink gave up on the first record of the last batch.
+    DeadLetterLastBatch,
     Requeue,
     Restart,
     Crash,
@@ -86,6 +99,10 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (0..3usize, 0..30u64, 0..10u64)
             .prop_map(|(tier, from_back, len)| Action::Ack { tier, from_back, len }),
         2 => Just(Action::AckLastBatch),
+        1 => (0..3usize, 0..30u64, 0..10u64)
+            .prop_map(|(tier, from_back, len)| Action::AckOtherEpoch { tier, from_back, len }),
+        1 => (0..3usize, 0..30u64).prop_map(|(tier, from_back)| Action::Rewind { tier, from_back }),
+        1 => Just(Action::DeadLetterLastBatch),
         1 => Just(Action::Requeue),
         1 => Just(Action::Restart),
         1 => Just(Action::Crash),
@@ -288,15 +305,35 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
             } => {
                 let first = model.durable_next[tier].saturating_sub(from_back).max(1);
                 let last = first + len;
-                queue.ack(TIERS[tier], first..=last, at_ms(now));
+                let epoch = queue.epoch();
+                queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                 model.ack(tier, first, last);
             }
             Action::AckLastBatch => {
                 if let Some((tier, first, last)) = last_batch.take() {
-                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    let epoch = queue.epoch();
+                    queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                     model.ack(tier, first, last);
                 }
             }
+            Action::AckOtherEpoch {
+                tier,
+                from_back,
+                len,
+            } => {
+                let first = model.durable_next[tier].saturating_sub(from_back).max(1);
+                let epoch = queue.epoch() ^ 1;
+                prop_assert!(!queue.ack(TIERS[tier], epoch, first..=first + len, at_ms(now)));
+            }
+            Action::Rewind { tier, from_back } => {
+                let from = model.durable_next[tier].saturating_sub(from_back).max(1);
+                let epoch = queue.epoch();
+                prop_assert!(queue.rewind(TIERS[tier], epoch, from));
+                model.cursor[tier] = model.cursor[tier].min(from);
+            }
+            // Dead letters add loss reports, which this model does not follow: see the
+            // conservation property.
+            Action::DeadLetterLastBatch => {}
             Action::Requeue => {
                 queue.requeue_unacked();
                 model.cursor = [0; 3];
@@ -526,8 +563,36 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
             }
             Action::Ack { .. } | Action::AckLastBatch => {
                 if let Some((tier, first, last)) = last_batch.take() {
-                    queue.ack(TIERS[tier], first..=last, at_ms(now));
+                    let epoch = queue.epoch();
+                    queue.ack(TIERS[tier], epoch, first..=last, at_ms(now));
                     acked.push((tier, first, last));
+                }
+            }
+            Action::AckOtherEpoch {
+                tier, from_back, ..
+            } => {
+                let seq = queue
+                    .durable_seq(TIERS[tier])
+                    .saturating_sub(from_back)
+                    .max(1);
+                let epoch = queue.epoch() ^ 1;
+                prop_assert!(!queue.ack(TIERS[tier], epoch, 1..=seq, at_ms(now)));
+            }
+            Action::Rewind { tier, from_back } => {
+                let from = queue
+                    .durable_seq(TIERS[tier])
+                    .saturating_sub(from_back)
+                    .max(1);
+                let epoch = queue.epoch();
+                queue.rewind(TIERS[tier], epoch, from);
+            }
+            Action::DeadLetterLastBatch => {
+                if let Some((tier, first, _)) = last_batch.take() {
+                    let epoch = queue.epoch();
+                    // Counted and reported as a `Refused` loss (tests/uplink_positions.rs).
+                    if queue.dead_letter(TIERS[tier], epoch, first, at_ms(now)) {
+                        acked.push((tier, first, first));
+                    }
                 }
             }
             Action::Requeue => queue.requeue_unacked(),

@@ -1,60 +1,74 @@
 //! The drain: empties the queue over MQTT v5, safety first, deleting nothing before the broker's
-//! acknowledgement.
-//!
-//! The agent owns retransmission (rumqttc drops in-flight publishes on a clean-start reconnect):
+//! acknowledgement. Three parts:
 //!
 //! ```text
-//! connected ─► fill window: queue.next_batch (strict tier order) ─► encode (protobuf+zstd)
-//!     ▲          ─► bandwidth bucket ─► try_publish ─► tracker.submit
-//!     │        PUBACK(pkid) Success ─► queue.ack(tier, first..=last)      (the only deletion point)
-//!     │        PUBACK 0x10 no subscribers ─► disconnect, everything back to the queue, back off
-//!     │        PUBACK refusal (0x87 ...) ─► park that tier, count, log; other tiers go on
-//!     └─ error ─► tracker.drain (stale PUBACKs still matched) ─► queue.requeue_unacked ─► full-jitter backoff
+//!            events (connected, pkid written, PUBACK + reason, lost + why, read, durable, time)
+//!  link ──────────────────────────────► core (pure: decides everything) ──► actions
+//!  (rumqttc, its own task)                                                     │
+//!    ▲  Connect{at} / Abort / publish                                          │
+//!    └──────────────── this shell: executes actions on the link, the queue ◄───┘
+//!                       (read + encode, ack, rewind, requeue, dead-letter) and the status
 //! ```
 //!
+//! - [`core`]: the state machine. Packet ids, windows, refusals, halving, dead letters, parking,
+//!   pauses, backoff and the bandwidth cap are decided there, with time as an argument.
+//! - [`link`]: the rumqttc shell; connects only when the core says so and never has a poll
+//!   cancelled mid-connection.
+//! - [`tracker`]: packet ids to publishes, one per connection, owned by the core.
+//! - this module: [`Drain::run`], the task that feeds the core and executes its actions, and
+//!   [`DrainStats`], what it reports to `status` and health.
+//!
 //! Invariants:
-//! - A record leaves the queue only on a PUBACK with a success reason for the publish that carried
-//!   it; every other outcome puts it back.
-//! - Publishes are submitted only while connected, at most `inflight` at a time, and each payload
-//!   fits the broker's maximum packet size.
-//! - After a refusal or a failed connection the next attempt waits (backoff or parking): nothing
-//!   the broker refuses becomes a hot retry loop.
+//! - A record leaves the queue only on a success PUBACK for a publish of it in the same epoch
+//!   (`Queue::ack` ignores another epoch's), or as a counted, reported dead letter (a record
+//!   refused again and again alone in its batch, or too large for any batch).
+//! - Publishes are submitted only while the link is up, at most `inflight` at a time, and each
+//!   payload fits the framing, the broker's maximum packet size and what refusals taught.
+//! - After a refusal or a failed connection the next attempt waits (backoff, pause or parking),
+//!   and the backoff grows with every failed connection: nothing the broker refuses becomes a hot
+//!   retry loop or a reconnection storm.
 
+pub mod core;
+pub mod link;
 pub mod tracker;
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use edgewatch_conventions::backoff::{Backoff, Jitter};
 use edgewatch_proto::framing::{BatchEncoder, EncodeError, MAX_COMPRESSED_BYTES};
-use edgewatch_proto::tier::{self, TIERS};
+use edgewatch_proto::tier::{self, PerTier, TIERS};
 use edgewatch_proto::topic::{batch_topic, status_topic};
 use edgewatch_proto::v1::{Batch, MachineStatus, Tier};
-use edgewatch_queue::BatchLimits;
 use prost::Message;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, LastWill, Packet, PubAckReason};
-use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions};
+use rumqttc::v5::mqttbytes::v5::{LastWill, Packet, PubAckReason};
+use rumqttc::v5::{Event, MqttOptions};
 use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use self::core::{
+    Action, BatchRef, ConnectInfo, DEAD_LETTER_AFTER, DeadLetterCause, DrainCore, Note,
+    ReadOutcome, ReadRequest, Settings, reason,
+};
+use self::link::{Command, Link, LinkEvent};
 use crate::clock::{self, unix_ms, unix_ns};
 use crate::config::{Machine, Uplink as UplinkConfig};
-use crate::pacing::token_bucket::TokenBucket;
 use crate::spool::{DurableChanges, Spool};
-use tracker::Tracker;
 
 /// Bytes an MQTT PUBLISH adds around topic and payload (fixed header, lengths, packet id,
 /// properties), rounded up.
 const PUBLISH_OVERHEAD: usize = 32;
 
-/// How long a refused tier stays parked before it is tried again.
+/// How long a tier whose topic the broker refused stays parked before it is tried again.
 pub const PARK_DURATION: Duration = Duration::from_secs(300);
 
 /// How long a graceful shutdown waits for outstanding PUBACKs.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a graceful shutdown waits for the offline status and the DISCONNECT to be written.
+const DISCONNECT_GRACE: Duration = Duration::from_secs(2);
 
 /// What the drain reports to `status` (its `uplink` section) and the agent's health events.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -67,7 +81,7 @@ pub struct DrainStats {
     pub backoff_ms: Option<u64>,
     /// Connections established.
     pub connects: u64,
-    /// Connections lost or refused.
+    /// Connections lost or refused, and connection attempts that failed.
     pub disconnects: u64,
     /// Batches acknowledged, and the events they carried.
     pub batches_acked: u64,
@@ -79,7 +93,8 @@ pub struct DrainStats {
     pub event_bytes_acked_by_tier: [u64; 3],
     /// Payload bytes acknowledged per tier, as sent (compressed batches).
     pub wire_bytes_acked_by_tier: [u64; 3],
-    /// Publishes the broker refused (PUBACK with an error reason).
+    /// Publishes the broker refused (PUBACK with an error reason, or a refusal that ended the
+    /// connection).
     pub refused: u64,
     /// The last refusal, as text.
     pub last_refusal: Option<String>,
@@ -87,23 +102,17 @@ pub struct DrainStats {
     pub no_subscribers: u64,
     /// Tiers parked after a refusal, with the time they are retried (ms since the Unix epoch).
     pub parked_until_unix_ms: [Option<u64>; 3],
+    /// Sending paused (no subscriber, quota, a record refused) until then (ms since the Unix
+    /// epoch); the connection stays.
+    pub paused_until_unix_ms: Option<u64>,
+    /// Records dead-lettered per tier: refused again and again alone in a batch, or too large
+    /// for any batch. Each is also a `QueueLoss` (cause `REFUSED`) in the queue.
+    pub dead_lettered: [u64; 3],
+    /// The last dead letter, as text.
+    pub last_dead_letter: Option<String>,
 }
 
-/// What one publish carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sent {
-    Batch {
-        tier: Tier,
-        first: u64,
-        last: u64,
-        events: u64,
-        bytes: u64,
-        wire_bytes: u64,
-    },
-    Status,
-}
-
-/// The drain task's state.
+/// The drain task's state: the shell around [`DrainCore`].
 pub struct Drain {
     config: UplinkConfig,
     machine: Machine,
@@ -115,16 +124,9 @@ pub struct Drain {
     status_topic: String,
     header: Batch,
     encoder: BatchEncoder,
+    /// The payload of the batch read last, published by the `Publish` action that follows.
     payload: Vec<u8>,
-    tracker: Tracker<Sent>,
-    /// Items of a dead connection, still matched against PUBACKs rumqttc read before the failure
-    /// and hands out after the next CONNACK.
-    stale: Tracker<Sent>,
-    backoff: Backoff,
-    bucket: Option<TokenBucket>,
-    parked_until: [Option<Instant>; 3],
-    /// Raw bytes per batch: the configured limit, lowered to fit the broker's maximum packet.
-    batch_bytes: usize,
+    epoch: u64,
 }
 
 /// Why the drain could not start.
@@ -144,6 +146,13 @@ pub enum DrainError {
     /// An id does not form a valid topic.
     #[error("machine or site id does not form a valid topic")]
     Topic,
+}
+
+/// What the run loop does after an action.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Finished,
 }
 
 impl Drain {
@@ -181,13 +190,8 @@ impl Drain {
             machine_class: machine.class.clone(),
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         };
-        let bucket = config
-            .bandwidth_bytes_per_s
-            .map(|rate| TokenBucket::new(rate, rate.max(64 * 1024), clock::instant()));
         Ok(Self {
             encoder: BatchEncoder::new(config.compression_level)?,
-            backoff: Backoff::new(config.backoff_min, config.backoff_max),
-            batch_bytes: config.max_batch_bytes,
             config,
             machine,
             wake: spool.durable_changes(),
@@ -197,11 +201,26 @@ impl Drain {
             status_topic,
             header,
             payload: Vec::new(),
-            tracker: Tracker::default(),
-            stale: Tracker::default(),
-            bucket,
-            parked_until: [None; 3],
+            epoch: agent_epoch,
         })
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            inflight: self.config.inflight,
+            max_batch_bytes: self.config.max_batch_bytes,
+            max_batch_events: self.config.max_batch_events,
+            framing_limit: MAX_COMPRESSED_BYTES,
+            backoff_min: self.config.backoff_min,
+            backoff_max: self.config.backoff_max,
+            initial_delay_max: self.config.initial_delay_max,
+            park: PARK_DURATION,
+            shutdown_grace: SHUTDOWN_GRACE,
+            retry_when_no_subscribers: self.config.retry_when_no_subscribers,
+            bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
+            dead_letter_after: DEAD_LETTER_AFTER,
+            seed: rand::random(),
+        }
     }
 
     fn machine_status(&self, online: bool) -> Vec<u8> {
@@ -256,394 +275,391 @@ impl Drain {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), DrainError> {
         let options = self.options()?;
         // Channel capacity above the window: try_publish never fails for lack of room.
-        let (client, mut events) = AsyncClient::new(options, usize::from(self.config.inflight) + 4);
-
-        // Machines that lose power together must not connect together.
-        let initial = self.config.initial_delay_max.mul_f64(rand::random::<f64>());
-        tokio::select! {
-            () = tokio::time::sleep(initial) => {}
-            _ = shutdown.changed() => return Ok(()),
-        }
-
-        let mut connected = false;
-        let mut draining_since: Option<Instant> = None;
-        let mut next_send_at: Option<Instant> = None;
+        let mut link = Link::start(options, usize::from(self.config.inflight) + 4);
+        let mut core = DrainCore::new(self.settings(), self.epoch, clock::instant());
+        let mut stopping = false;
         loop {
-            if *shutdown.borrow() && draining_since.is_none() {
-                draining_since = Some(clock::instant());
+            let epoch = self.spool.queue().epoch();
+            if epoch != self.epoch {
+                self.epoch = epoch;
+                core.on_epoch(epoch);
             }
-            if let Some(since) = draining_since
-                && (!connected || self.tracker.is_empty() || since.elapsed() >= SHUTDOWN_GRACE)
-            {
-                return self.shut_down(&client, &mut events, connected).await;
+            while let Some(event) = link.try_next() {
+                self.feed(&mut core, event);
             }
-            if connected && draining_since.is_none() {
-                next_send_at = self.fill_window(&client);
-            }
-            let send_timer = async {
-                match next_send_at {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
+            let now = clock::instant();
+            while let Some(action) = core.poll_action(now) {
+                if self.execute(&mut core, &link, action, now) == Flow::Finished {
+                    self.finish(link, &mut core).await;
+                    return Ok(());
                 }
-            };
-            let window_open = connected
-                && draining_since.is_none()
-                && next_send_at.is_none()
-                && self.tracker.len() < usize::from(self.config.inflight);
-            let event = tokio::select! {
+            }
+            let timeout = core.poll_timeout();
+            tokio::select! {
                 biased;
-                _ = shutdown.changed(), if draining_since.is_none() => continue,
-                event = events.poll() => event,
-                () = self.wake.changed(), if window_open => continue,
-                () = send_timer => continue,
-                () = tokio::time::sleep(SHUTDOWN_GRACE), if draining_since.is_some() => continue,
-            };
-            match event {
-                Ok(event) => {
-                    if let Some(reconnect) = self.on_event(&client, event, &mut connected) {
-                        // The broker had nobody to deliver to: drop the connection and come back
-                        // later rather than spin re-sending.
-                        let _ = client.try_disconnect();
-                        self.on_connection_lost(&mut connected, reconnect.as_str());
-                        self.wait_backoff(&mut shutdown).await;
+                _ = shutdown.changed(), if !stopping => {
+                    stopping = true;
+                    core.shutdown(clock::instant());
+                }
+                event = link.next() => match event {
+                    Some(event) => self.feed(&mut core, event),
+                    None => return Ok(()),
+                },
+                () = self.wake.changed() => core.on_durable(),
+                () = async {
+                    match timeout {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
                     }
-                }
-                Err(error) => {
-                    self.on_connection_lost(&mut connected, &error_text(&error));
-                    self.wait_backoff(&mut shutdown).await;
-                }
+                } => core.handle_timeout(clock::instant()),
             }
         }
     }
 
-    /// Submits batches while the window, the bandwidth cap and the queue allow. Returns when the
-    /// bandwidth cap lets the next batch go, if it is holding one back.
-    fn fill_window(&mut self, client: &AsyncClient) -> Option<Instant> {
+    /// Hands one link event to the core.
+    fn feed(&mut self, core: &mut DrainCore, event: LinkEvent) {
         let now = clock::instant();
-        for (slot, until) in self.parked_until.iter_mut().enumerate() {
-            if until.is_some_and(|until| until <= now) {
-                *until = None;
-                self.stats.borrow_mut().parked_until_unix_ms[slot] = None;
-            }
-        }
-        while self.tracker.len() < usize::from(self.config.inflight) {
-            if let Some(bucket) = &mut self.bucket {
-                // Reserve room for a full batch before taking one: a batch handed out and then
-                // held back would leave the queue's cursor ahead of what was sent.
-                let wait = bucket.wait_for(self.batch_bytes as u64 / 4, now);
-                if !wait.is_zero() {
-                    return Some(now + wait);
-                }
-            }
-            let sent = self.encode_next()?;
-            let Sent::Batch { tier, bytes, .. } = sent else {
-                continue;
-            };
-            // The queue hands out no Tier::Unspecified batch; one would go out as debug.
-            let topic = &self.topics[tier::index(tier).unwrap_or(tier::DEBUG)];
-            if let Some(bucket) = &mut self.bucket {
-                bucket.take(
-                    (self.payload.len() + topic.len() + PUBLISH_OVERHEAD) as u64,
-                    now,
-                );
-            }
-            match client.try_publish(
-                topic.as_str(),
-                QoS::AtLeastOnce,
-                false,
-                self.payload.clone(),
-            ) {
-                Ok(()) => self.tracker.submit(sent),
-                Err(error) => {
-                    // Only a full or closed channel fails here; the batch goes back with the rest
-                    // when the connection is reset.
-                    tracing::warn!(%error, bytes, "A publish could not be queued; retrying after reconnect.");
-                    self.tracker.submit(sent);
-                    break;
-                }
-            }
-        }
-        None
-    }
-
-    /// Takes the next batch the queue offers (skipping parked tiers) and encodes it into
-    /// `self.payload`.
-    fn encode_next(&mut self) -> Option<Sent> {
-        let now = clock::instant();
-        let parked = self
-            .parked_until
-            .map(|until| until.is_some_and(|t| t > now));
-        let mut queue = self.spool.queue_mut();
-        let limits = BatchLimits {
-            max_records: self.config.max_batch_events,
-            max_bytes: self.batch_bytes,
-        };
-        let skip = edgewatch_queue::PerTier {
-            safety: parked[0],
-            slo: parked[1],
-            debug: parked[2],
-        };
-        let batch = match queue.next_batch_skipping(limits, skip) {
-            Ok(Some(batch)) => batch,
-            Ok(None) => return None,
-            Err(error) => {
-                tracing::warn!(%error, "The queue could not be read; the uplink waits for the next wake-up.");
-                return None;
-            }
-        };
-        self.header.tier = batch.tier() as i32;
-        self.header.first_seq = batch.first_seq();
-        self.header.last_seq = batch.last_seq();
-        self.header.agent_epoch = batch.epoch();
-        self.header.sent_time_unix_ns = unix_ns(clock::wall());
-        let sent = Sent::Batch {
-            tier: batch.tier(),
-            first: batch.first_seq(),
-            last: batch.last_seq(),
-            events: batch.len() as u64,
-            bytes: batch.event_bytes() as u64,
-            wire_bytes: 0,
-        };
-        let result = self.encoder.encode_spliced(
-            &self.header,
-            batch.records().map(|(_, event)| event),
-            MAX_COMPRESSED_BYTES,
-            &mut self.payload,
-        );
-        match result {
-            Ok(()) => {
-                let mut sent = sent;
-                if let Sent::Batch { wire_bytes, .. } = &mut sent {
-                    *wire_bytes = self.payload.len() as u64;
-                }
-                Some(sent)
-            }
-            Err(error) => {
-                // Only a record too large for any batch gets here; the queue limits record size
-                // so that it cannot happen with a valid configuration.
-                tracing::error!(%error, tier = ?batch.tier(), first = batch.first_seq(), "A batch could not be encoded; its tier is parked.");
-                drop(queue);
-                // An unknown or unspecified header tier parks debug.
-                let slot = Tier::try_from(self.header.tier)
-                    .ok()
-                    .and_then(tier::index)
-                    .unwrap_or(tier::DEBUG);
-                self.park(slot, &error.to_string());
-                self.spool.queue_mut().requeue_unacked();
-                None
-            }
-        }
-    }
-
-    fn park(&mut self, slot: usize, reason: &str) {
-        let until = clock::instant() + PARK_DURATION;
-        self.parked_until[slot] = Some(until);
-        let mut stats = self.stats.borrow_mut();
-        stats.parked_until_unix_ms[slot] = Some(unix_ms(clock::wall() + PARK_DURATION));
-        stats.last_refusal = Some(reason.to_owned());
-    }
-
-    /// Handles one event. Returns a reason when the connection must be dropped and retried later.
-    fn on_event(
-        &mut self,
-        client: &AsyncClient,
-        event: Event,
-        connected: &mut bool,
-    ) -> Option<String> {
         match event {
-            Event::Incoming(Packet::ConnAck(connack)) => {
-                // PUBACKs of the dead connection come out before this CONNACK; none after it.
-                self.stale = Tracker::default();
-                if connack.code != ConnectReturnCode::Success {
-                    return Some(format!("connection refused: {:?}", connack.code));
-                }
-                *connected = true;
-                self.backoff.reset();
-                if let Some(max) = connack.properties.as_ref().and_then(|p| p.max_packet_size) {
-                    self.fit_broker_packet_limit(max as usize);
-                }
-                {
-                    let mut stats = self.stats.borrow_mut();
-                    stats.connected = true;
-                    stats.connects += 1;
-                    stats.backoff_ms = None;
-                }
-                tracing::info!(broker = %self.config.host, port = self.config.port, "Connected to the broker.");
-                let online = self.machine_status(true);
-                if client
-                    .try_publish(self.status_topic.as_str(), QoS::AtLeastOnce, true, online)
-                    .is_ok()
-                {
-                    self.tracker.submit(Sent::Status);
-                }
-                None
-            }
-            Event::Outgoing(Outgoing::Publish(pkid)) => {
-                if let Err(error) = self.tracker.on_outgoing_publish(pkid) {
-                    tracing::error!(%error, "Publish bookkeeping lost track; reconnecting.");
-                    return Some(error.to_string());
-                }
-                None
-            }
-            Event::Outgoing(Outgoing::AwaitAck(pkid)) => {
-                if let Err(error) = self.tracker.on_await_ack(pkid) {
-                    tracing::error!(%error, "Publish bookkeeping lost track; reconnecting.");
-                    return Some(error.to_string());
-                }
-                None
-            }
-            Event::Incoming(Packet::PubAck(ack)) => {
-                let (sent, stale) = match self.tracker.on_puback(ack.pkid) {
-                    Some(sent) => (sent, false),
-                    None => match self.stale.on_puback(ack.pkid) {
-                        Some(sent) => (sent, true),
-                        None => return None,
+            LinkEvent::Mqtt(Event::Incoming(Packet::ConnAck(connack))) => {
+                let properties = connack.properties.as_ref();
+                let longest_topic = self.topics.iter().map(String::len).max().unwrap_or(0);
+                let max_payload = properties
+                    .and_then(|p| p.max_packet_size)
+                    .map(|max| (max as usize).saturating_sub(longest_topic + PUBLISH_OVERHEAD));
+                core.on_connected(
+                    now,
+                    ConnectInfo {
+                        receive_maximum: properties.and_then(|p| p.receive_max),
+                        max_payload,
                     },
-                };
-                self.on_puback(sent, ack.reason, stale)
+                );
             }
-            Event::Incoming(Packet::Disconnect(disconnect)) => {
-                tracing::warn!(reason = ?disconnect.reason_code, "The broker closed the connection.");
-                None
+            LinkEvent::Mqtt(Event::Outgoing(Outgoing::Publish(pkid))) if pkid != 0 => {
+                core.on_written(pkid);
             }
-            Event::Incoming(_) | Event::Outgoing(_) => None,
+            LinkEvent::Mqtt(Event::Outgoing(Outgoing::AwaitAck(pkid))) => core.on_await_ack(pkid),
+            LinkEvent::Mqtt(Event::Incoming(Packet::PubAck(ack))) => {
+                core.on_puback(now, ack.pkid, reason_code(&ack.reason));
+            }
+            LinkEvent::Mqtt(_) => {}
+            LinkEvent::Lost(lost, text) => {
+                if core.is_connected() {
+                    tracing::warn!(reason = %text, "The connection to the broker was lost.");
+                } else {
+                    tracing::debug!(reason = %text, "Connecting to the broker failed.");
+                }
+                core.on_connection_lost(now, lost);
+            }
         }
     }
 
-    fn on_puback(&mut self, sent: Sent, reason: PubAckReason, stale: bool) -> Option<String> {
-        let Sent::Batch {
-            tier,
-            first,
-            last,
-            events,
-            bytes,
-            wire_bytes,
-        } = sent
-        else {
-            return None;
-        };
-        match reason {
-            PubAckReason::Success => {
-                let now = clock::wall();
-                self.spool.queue_mut().ack(tier, first..=last, now);
-                let mut stats = self.stats.borrow_mut();
-                stats.last_ack_unix_ms = Some(unix_ms(now));
-                stats.batches_acked += 1;
-                stats.events_acked += events;
-                stats.payload_bytes_acked += bytes;
-                // Tier::Unspecified (never handed out by the queue) counts as debug.
-                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
-                stats.event_bytes_acked_by_tier[slot] += bytes;
-                stats.wire_bytes_acked_by_tier[slot] += wire_bytes;
-                None
-            }
-            PubAckReason::NoMatchingSubscribers if self.config.retry_when_no_subscribers => {
-                self.stats.borrow_mut().no_subscribers += 1;
-                if stale {
-                    // Already back in the queue with the rest of the dead connection.
-                    return None;
+    /// Carries out one action of the core.
+    fn execute(&mut self, core: &mut DrainCore, link: &Link, action: Action, now: Instant) -> Flow {
+        match action {
+            Action::Connect { at } => link.command(Command::Connect(at)),
+            Action::Abort => link.command(Command::Abort),
+            Action::PublishStatus => {
+                let online = self.machine_status(true);
+                if link.is_up()
+                    && link
+                        .client()
+                        .try_publish(self.status_topic.as_str(), QoS::AtLeastOnce, true, online)
+                        .is_err()
+                {
+                    link.command(Command::Abort);
                 }
-                tracing::warn!(
-                    ?tier,
-                    first,
-                    last,
-                    "The broker has no subscriber for our batches; backing off."
-                );
-                Some("no subscribers".to_owned())
             }
-            PubAckReason::NoMatchingSubscribers => {
+            Action::Read(request) => {
+                let outcome = self.read(&request);
+                core.on_read(now, outcome);
+            }
+            Action::Publish(batch) => {
+                let topic = &self.topics[tier::index(batch.tier).unwrap_or(tier::DEBUG)];
+                if link.is_up()
+                    && let Err(error) = link.client().try_publish(
+                        topic.as_str(),
+                        QoS::AtLeastOnce,
+                        false,
+                        self.payload.clone(),
+                    )
+                {
+                    // Only a full or closed channel fails here; the connection is dropped and
+                    // everything goes back to the queue.
+                    tracing::warn!(%error, "A publish could not be queued; reconnecting.");
+                    link.command(Command::Abort);
+                }
+            }
+            Action::Delete(batch) => {
+                let taken = self.spool.queue_mut().ack(
+                    batch.tier,
+                    batch.epoch,
+                    batch.first..=batch.last,
+                    clock::wall(),
+                );
+                if !taken {
+                    tracing::info!(tier = ?batch.tier, first = batch.first, last = batch.last, epoch = batch.epoch,
+                        "An acknowledgement of another queue epoch deleted nothing.");
+                }
+            }
+            Action::Rewind { tier, epoch, from } => {
+                self.spool.queue_mut().rewind(tier, epoch, from);
+            }
+            Action::RequeueAll => self.spool.queue_mut().requeue_unacked(),
+            Action::DeadLetter {
+                tier,
+                epoch,
+                seq,
+                cause: _,
+            } => {
                 self.spool
                     .queue_mut()
-                    .ack(tier, first..=last, clock::wall());
-                None
+                    .dead_letter(tier, epoch, seq, clock::wall());
             }
-            refusal => {
-                let text = format!("{refusal:?}");
-                // Tier::Unspecified (never handed out by the queue) parks debug.
-                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
-                tracing::error!(reason = %text, ?tier, first, last, topic = %self.topics[slot], "The broker refused a publish; the tier is parked and nothing is deleted.");
-                self.stats.borrow_mut().refused += 1;
-                self.park(slot, &text);
-                // The refused records go back with everything else in flight (the connection is
-                // dropped: Mosquitto closes it anyway) and stay unsent while the tier is parked.
-                (!stale).then(|| format!("refused: {text}"))
-            }
+            Action::Note(note) => self.note(note, now),
+            Action::Finished => return Flow::Finished,
         }
+        Flow::Continue
     }
 
-    fn fit_broker_packet_limit(&mut self, broker_max: usize) {
-        let longest_topic = self.topics.iter().map(String::len).max().unwrap_or(0);
-        let room = broker_max.saturating_sub(longest_topic + PUBLISH_OVERHEAD);
-        // zstd never grows input by more than about 1/256 plus a small constant.
-        let raw = room.saturating_mul(255) / 256;
-        let fitted = raw.saturating_sub(256).min(self.config.max_batch_bytes);
-        if fitted < self.batch_bytes {
-            tracing::info!(
-                broker_max,
-                batch_bytes = fitted,
-                "Batches shrunk to fit the broker's maximum packet size."
+    /// Reads the next batch the request allows, in tier order, and encodes it into
+    /// `self.payload`.
+    fn read(&mut self, request: &ReadRequest) -> ReadOutcome {
+        let mut queue = self.spool.queue_mut();
+        for (ix, tier) in TIERS.into_iter().enumerate() {
+            let Some(limits) = *request.limits.at(ix) else {
+                continue;
+            };
+            let only = PerTier {
+                safety: ix != tier::SAFETY,
+                slo: ix != tier::SLO,
+                debug: ix != tier::DEBUG,
+            };
+            let batch = match queue.next_batch_skipping(limits, only) {
+                Ok(Some(batch)) => batch,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "The queue could not be read; the uplink waits for the next wake-up.");
+                    return ReadOutcome::Failed;
+                }
+            };
+            self.header.tier = tier as i32;
+            self.header.first_seq = batch.first_seq();
+            self.header.last_seq = batch.last_seq();
+            self.header.agent_epoch = batch.epoch();
+            self.header.sent_time_unix_ns = unix_ns(clock::wall());
+            let events = batch.len() as u64;
+            let limit = if events == 1 {
+                request.single_limit
+            } else {
+                request.wire_limit
+            };
+            let result = self.encoder.encode_spliced(
+                &self.header,
+                batch.records().map(|(_, event)| event),
+                limit,
+                &mut self.payload,
             );
+            return match result {
+                Ok(()) => ReadOutcome::Encoded {
+                    batch: BatchRef {
+                        tier,
+                        epoch: batch.epoch(),
+                        first: batch.first_seq(),
+                        last: batch.last_seq(),
+                        events,
+                        event_bytes: batch.event_bytes() as u64,
+                        wire_bytes: self.payload.len() as u64,
+                    },
+                    packet_bytes: (self.payload.len() + self.topics[ix].len() + PUBLISH_OVERHEAD)
+                        as u64,
+                },
+                Err(error) => {
+                    tracing::debug!(%error, ?tier, first = batch.first_seq(), events, limit,
+                        "A batch did not fit once encoded; it is split.");
+                    ReadOutcome::TooLarge {
+                        tier,
+                        epoch: batch.epoch(),
+                        first: batch.first_seq(),
+                        events,
+                    }
+                }
+            };
         }
-        self.batch_bytes = fitted.max(1024);
+        ReadOutcome::Empty
     }
 
-    fn on_connection_lost(&mut self, connected: &mut bool, why: &str) {
-        if *connected {
-            tracing::warn!(reason = why, "The connection to the broker was lost.");
-        } else {
-            tracing::debug!(reason = why, "Connecting to the broker failed.");
-        }
-        *connected = false;
-        // Everything not acknowledged goes back to the queue; its PUBACKs may still arrive (they
-        // were read before the failure) and are matched against `stale`.
-        self.stale = self.tracker.take_written();
-        self.spool.queue_mut().requeue_unacked();
+    /// Keeps the status file's `uplink` section and the log up to date.
+    fn note(&self, note: Note, now: Instant) {
+        let wall_of = |at: Instant| unix_ms(clock::wall() + at.saturating_duration_since(now));
         let mut stats = self.stats.borrow_mut();
-        stats.connected = false;
-        stats.disconnects += 1;
-    }
-
-    async fn wait_backoff(&mut self, shutdown: &mut watch::Receiver<bool>) {
-        let wait = self.backoff.next_wait(Jitter::Full(rand::random::<f64>()));
-        self.stats.borrow_mut().backoff_ms =
-            Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            _ = shutdown.changed() => {}
+        match note {
+            Note::Connected => {
+                stats.connected = true;
+                stats.connects += 1;
+                stats.backoff_ms = None;
+                tracing::info!(broker = %self.config.host, port = self.config.port, "Connected to the broker.");
+            }
+            Note::ConnectionLost {
+                lost,
+                was_connected,
+                retry_in,
+            } => {
+                stats.connected = false;
+                stats.disconnects += 1;
+                stats.backoff_ms = Some(u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX));
+                stats.paused_until_unix_ms = None;
+                tracing::info!(
+                    ?lost,
+                    was_connected,
+                    retry_in_ms = retry_in.as_millis() as u64,
+                    "Reconnecting after the backoff."
+                );
+            }
+            Note::Acked(batch) => {
+                let slot = tier::index(batch.tier).unwrap_or(tier::DEBUG);
+                stats.last_ack_unix_ms = Some(unix_ms(clock::wall()));
+                stats.batches_acked += 1;
+                stats.events_acked += batch.events;
+                stats.payload_bytes_acked += batch.event_bytes;
+                stats.event_bytes_acked_by_tier[slot] += batch.event_bytes;
+                stats.wire_bytes_acked_by_tier[slot] += batch.wire_bytes;
+            }
+            Note::NoSubscribers { batch, pause } => {
+                stats.no_subscribers += 1;
+                if let Some(pause) = pause {
+                    tracing::warn!(tier = ?batch.tier, first = batch.first, last = batch.last,
+                        pause_ms = pause.as_millis() as u64,
+                        "The broker has no subscriber for our batches; pausing, then one record at a time.");
+                }
+            }
+            Note::Refused { batch, code } => {
+                stats.refused += 1;
+                let text = reason_text(code);
+                let slot = tier::index(batch.tier).unwrap_or(tier::DEBUG);
+                tracing::error!(reason = %text, tier = ?batch.tier, first = batch.first, last = batch.last,
+                    topic = %self.topics[slot], "The broker refused a publish; nothing is deleted.");
+                stats.last_refusal = Some(text);
+            }
+            Note::Parked { tier, until } => {
+                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
+                stats.parked_until_unix_ms[slot] = Some(wall_of(until));
+                tracing::warn!(
+                    ?tier,
+                    park_s = PARK_DURATION.as_secs(),
+                    "The tier is parked."
+                );
+            }
+            Note::Unparked { tier } => {
+                stats.parked_until_unix_ms[tier::index(tier).unwrap_or(tier::DEBUG)] = None;
+            }
+            Note::Paused { until } => {
+                stats.paused_until_unix_ms = Some(wall_of(until));
+            }
+            Note::Shrunk {
+                tier,
+                max_records,
+                wire_limit,
+            } => {
+                tracing::info!(
+                    ?tier,
+                    max_records,
+                    wire_limit,
+                    "Batches shrunk to what the broker and the framing take."
+                );
+            }
+            Note::DeadLettered { tier, seq, cause } => {
+                let slot = tier::index(tier).unwrap_or(tier::DEBUG);
+                stats.dead_lettered[slot] += 1;
+                let text = match cause {
+                    DeadLetterCause::Refused { code, times } => {
+                        format!(
+                            "{} seq {seq}: refused {times} times ({})",
+                            tier::NAMES[slot],
+                            reason_text(code)
+                        )
+                    }
+                    DeadLetterCause::TooLargeToSend => {
+                        format!("{} seq {seq}: too large for any batch", tier::NAMES[slot])
+                    }
+                };
+                tracing::error!(dead_letter = %text, "A record was dead-lettered: deleted, counted and reported as a refused loss.");
+                stats.last_dead_letter = Some(text);
+            }
+            Note::Bookkeeping(error) => {
+                tracing::error!(%error, "rumqttc reported a packet id matching no publish; reconnecting.");
+            }
+            Note::QuiesceTimedOut => {
+                tracing::warn!("Publishes in flight went unacknowledged; reconnecting.");
+            }
         }
     }
 
-    async fn shut_down(
-        &mut self,
-        client: &AsyncClient,
-        events: &mut EventLoop,
-        connected: bool,
-    ) -> Result<(), DrainError> {
-        if connected {
+    /// Announces the agent offline, disconnects, and puts back what was not acknowledged.
+    async fn finish(&mut self, mut link: Link, core: &mut DrainCore) {
+        if link.is_up() {
             let offline = self.machine_status(false);
+            let client = link.client().clone();
             let _ = client.try_publish(self.status_topic.as_str(), QoS::AtLeastOnce, true, offline);
             let _ = client.try_disconnect();
-            // Let the event loop write the status and the DISCONNECT.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            // Let the link write the status and the DISCONNECT; late PUBACKs still delete.
+            let deadline = tokio::time::Instant::now() + DISCONNECT_GRACE;
             loop {
-                match tokio::time::timeout_at(deadline, events.poll()).await {
-                    Ok(Ok(Event::Outgoing(Outgoing::Disconnect))) | Ok(Err(_)) | Err(_) => break,
-                    Ok(Ok(Event::Incoming(Packet::PubAck(ack)))) => {
-                        if let Some(sent) = self.tracker.on_puback(ack.pkid) {
-                            self.on_puback(sent, ack.reason, false);
+                let event = tokio::select! {
+                    event = link.next() => event,
+                    () = tokio::time::sleep_until(deadline) => None,
+                };
+                match event {
+                    Some(LinkEvent::Mqtt(Event::Outgoing(Outgoing::Disconnect)))
+                    | Some(LinkEvent::Lost(..))
+                    | None => break,
+                    Some(LinkEvent::Mqtt(Event::Incoming(Packet::PubAck(ack)))) => {
+                        let now = clock::instant();
+                        core.on_puback(now, ack.pkid, reason_code(&ack.reason));
+                        while let Some(action) = core.poll_action(now) {
+                            if matches!(action, Action::Delete(_) | Action::Note(_)) {
+                                self.execute(core, &link, action, now);
+                            }
                         }
                     }
-                    Ok(Ok(_)) => {}
+                    Some(_) => {}
                 }
             }
         }
-        self.tracker = Tracker::default();
+        link.stop();
         self.spool.queue_mut().requeue_unacked();
         self.stats.borrow_mut().connected = false;
-        Ok(())
     }
 }
 
-fn error_text(error: &ConnectionError) -> String {
-    error.to_string()
+/// The MQTT v5 reason code of a PUBACK rumqttc decoded.
+fn reason_code(reason: &PubAckReason) -> u8 {
+    match reason {
+        PubAckReason::Success => reason::SUCCESS,
+        PubAckReason::NoMatchingSubscribers => reason::NO_MATCHING_SUBSCRIBERS,
+        PubAckReason::UnspecifiedError => reason::UNSPECIFIED_ERROR,
+        PubAckReason::ImplementationSpecificError => reason::IMPLEMENTATION_SPECIFIC_ERROR,
+        PubAckReason::NotAuthorized => reason::NOT_AUTHORIZED,
+        PubAckReason::TopicNameInvalid => reason::TOPIC_NAME_INVALID,
+        PubAckReason::PacketIdentifierInUse => reason::PACKET_IDENTIFIER_IN_USE,
+        PubAckReason::QuotaExceeded => reason::QUOTA_EXCEEDED,
+        PubAckReason::PayloadFormatInvalid => reason::PAYLOAD_FORMAT_INVALID,
+    }
+}
+
+/// A reason code as text, for the status file and the log.
+fn reason_text(code: u8) -> String {
+    let name = match code {
+        reason::SUCCESS => "Success",
+        reason::NO_MATCHING_SUBSCRIBERS => "NoMatchingSubscribers",
+        reason::UNSPECIFIED_ERROR => "UnspecifiedError",
+        reason::IMPLEMENTATION_SPECIFIC_ERROR => "ImplementationSpecificError",
+        reason::NOT_AUTHORIZED => "NotAuthorized",
+        reason::TOPIC_NAME_INVALID => "TopicNameInvalid",
+        reason::PACKET_IDENTIFIER_IN_USE => "PacketIdentifierInUse",
+        reason::PACKET_TOO_LARGE => "PacketTooLarge",
+        reason::QUOTA_EXCEEDED => "QuotaExceeded",
+        reason::PAYLOAD_FORMAT_INVALID => "PayloadFormatInvalid",
+        _ => "Unknown",
+    };
+    format!("{name} (0x{code:02x})")
 }

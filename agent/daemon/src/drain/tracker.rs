@@ -1,27 +1,30 @@
-//! Matches rumqttc's packet ids to the records they carry (sans-IO).
+//! Matches rumqttc's packet ids to the publishes they carry, for one connection (sans-IO; owned by
+//! the drain's core, which keeps one tracker per connection).
 //!
 //! rumqttc's `publish()` returns before a packet id exists; the id appears later as an
 //! `Outgoing::Publish(pkid)` event, in the order requests were queued, and the broker's PUBACK names
 //! only that id. This tracker keeps the three stages a publish goes through:
 //!
 //! ```text
-//! submit(item) ──► submitted (FIFO) ──Outgoing::Publish(pkid)──► inflight[pkid] ──PubAck(pkid)──► done
+//! submit(item) ──► submitted (FIFO) ──Outgoing::Publish(pkid)──► written[pkid] ──PubAck(pkid)──► done
 //!                          └──Outgoing::AwaitAck(pkid)──► collided ──Outgoing::Publish(pkid)──┘
 //! ```
 //!
 //! Invariants:
-//! - An item leaves the tracker only through an acknowledgement of its own packet id, or through
-//!   [`Tracker::drain`] when the connection is lost (then every item comes back, exactly once).
-//! - A PUBACK for an unknown packet id (a stale acknowledgement from a dead connection that rumqttc
-//!   replays after the next CONNACK) matches nothing.
+//! - An item leaves the tracker only through an acknowledgement of its own packet id, or when the
+//!   whole tracker is dropped with its connection (every item then comes back, exactly once, from
+//!   [`Tracker::drain`]).
+//! - Written items are kept in the order they were written: [`Tracker::oldest_written`] is the
+//!   publish the broker reached first among those it has not acknowledged.
+//! - A PUBACK for an unknown packet id matches nothing.
 
 use std::collections::VecDeque;
 
-/// Where the items sent but not yet acknowledged are.
-#[derive(Debug)]
+/// Where the items sent but not yet acknowledged are, for one connection.
+#[derive(Debug, Clone)]
 pub struct Tracker<T> {
     submitted: VecDeque<T>,
-    inflight: Vec<(u16, T)>,
+    written: Vec<(u16, T)>,
     collided: Option<(u16, T)>,
 }
 
@@ -29,7 +32,7 @@ impl<T> Default for Tracker<T> {
     fn default() -> Self {
         Self {
             submitted: VecDeque::new(),
-            inflight: Vec::new(),
+            written: Vec::new(),
             collided: None,
         }
     }
@@ -41,12 +44,15 @@ pub enum TrackerError {
     /// A packet id appeared with nothing submitted to carry it.
     #[error("packet id {0} was assigned with no publish waiting for one")]
     NothingSubmitted(u16),
+    /// A packet id was written again before its acknowledgement.
+    #[error("packet id {0} was written while still awaiting its acknowledgement")]
+    InUse(u16),
 }
 
 impl<T> Tracker<T> {
-    /// Items submitted, in flight or waiting behind a packet-id collision.
+    /// Items submitted, written or waiting behind a packet-id collision.
     pub fn len(&self) -> usize {
-        self.submitted.len() + self.inflight.len() + usize::from(self.collided.is_some())
+        self.submitted.len() + self.written.len() + usize::from(self.collided.is_some())
     }
 
     /// Nothing is outstanding.
@@ -59,8 +65,11 @@ impl<T> Tracker<T> {
         self.submitted.push_back(item);
     }
 
-    /// The client wrote the oldest submitted publish with packet id `pkid`.
+    /// The client wrote the oldest submitted publish (or the collided one) with packet id `pkid`.
     pub fn on_outgoing_publish(&mut self, pkid: u16) -> Result<(), TrackerError> {
+        if self.written.iter().any(|(id, _)| *id == pkid) {
+            return Err(TrackerError::InUse(pkid));
+        }
         let item = match self.collided.take() {
             Some((collided_pkid, item)) if collided_pkid == pkid => item,
             other => {
@@ -70,7 +79,7 @@ impl<T> Tracker<T> {
                     .ok_or(TrackerError::NothingSubmitted(pkid))?
             }
         };
-        self.inflight.push((pkid, item));
+        self.written.push((pkid, item));
         Ok(())
     }
 
@@ -86,27 +95,34 @@ impl<T> Tracker<T> {
 
     /// The broker acknowledged `pkid`: returns the item it carried, if it is ours.
     pub fn on_puback(&mut self, pkid: u16) -> Option<T> {
-        let index = self.inflight.iter().position(|(id, _)| *id == pkid)?;
-        Some(self.inflight.swap_remove(index).1)
+        let index = self.written.iter().position(|(id, _)| *id == pkid)?;
+        Some(self.written.remove(index).1)
     }
 
-    /// The connection is gone: keeps the items that were written under a packet id (their PUBACKs
-    /// may still be handed out, read before the failure) in a new tracker, and forgets the rest.
-    pub fn take_written(&mut self) -> Self {
-        let written = Self {
-            submitted: VecDeque::new(),
-            inflight: std::mem::take(&mut self.inflight),
-            collided: None,
-        };
-        self.collided = None;
-        self.submitted.clear();
-        written
+    /// The written item the broker reached first among those not acknowledged.
+    pub fn oldest_written(&self) -> Option<&T> {
+        self.written.first().map(|(_, item)| item)
+    }
+
+    /// The written items not acknowledged, in the order they were written.
+    pub fn written(&self) -> impl Iterator<Item = &T> {
+        self.written.iter().map(|(_, item)| item)
+    }
+
+    /// Every item, written or not, in the order they were submitted to the client as far as
+    /// known (written first, then the collided one, then the rest).
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.written
+            .iter()
+            .map(|(_, item)| item)
+            .chain(self.collided.iter().map(|(_, item)| item))
+            .chain(self.submitted.iter())
     }
 
     /// The connection is gone: every outstanding item, for the caller to put back.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
         let collided = self.collided.take().map(|(_, item)| item);
-        self.inflight
+        self.written
             .drain(..)
             .map(|(_, item)| item)
             .chain(collided)
@@ -133,19 +149,16 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_puback_after_reconnect_matches_nothing() {
-        let mut tracker = Tracker::default();
-        tracker.submit("a");
-        tracker.on_outgoing_publish(7).unwrap();
-        assert_eq!(tracker.drain().collect::<Vec<_>>(), vec!["a"]);
-        tracker.submit("a");
-        assert_eq!(
-            tracker.on_puback(7),
-            None,
-            "stale ack deleted a re-sent record"
-        );
-        tracker.on_outgoing_publish(8).unwrap();
-        assert_eq!(tracker.on_puback(8), Some("a"));
+    fn a_fresh_tracker_after_reconnect_matches_no_stale_puback() {
+        let mut old = Tracker::default();
+        old.submit("a");
+        old.on_outgoing_publish(7).unwrap();
+        let mut new = Tracker::default();
+        new.submit("a");
+        assert_eq!(new.on_puback(7), None, "stale ack deleted a re-sent record");
+        new.on_outgoing_publish(8).unwrap();
+        assert_eq!(new.on_puback(8), Some("a"));
+        assert_eq!(old.on_puback(7), Some("a"));
     }
 
     #[test]
@@ -165,24 +178,32 @@ mod tests {
     }
 
     #[test]
-    fn written_items_stay_matchable_after_the_connection_is_gone() {
+    fn the_oldest_written_item_is_the_first_written_and_not_acknowledged() {
         let mut tracker = Tracker::default();
-        tracker.submit("written");
-        tracker.submit("queued");
-        tracker.on_outgoing_publish(4).unwrap();
-        let mut stale = tracker.take_written();
-        assert!(tracker.is_empty());
-        assert_eq!(stale.on_puback(4), Some("written"));
-        assert!(stale.is_empty());
+        for item in ["a", "b", "c"] {
+            tracker.submit(item);
+        }
+        for pkid in [5, 6, 7] {
+            tracker.on_outgoing_publish(pkid).unwrap();
+        }
+        assert_eq!(tracker.oldest_written(), Some(&"a"));
+        tracker.on_puback(5);
+        assert_eq!(tracker.oldest_written(), Some(&"b"));
+        tracker.on_puback(7);
+        assert_eq!(tracker.oldest_written(), Some(&"b"));
     }
 
     #[test]
-    fn a_packet_id_with_nothing_submitted_is_an_error() {
+    fn a_packet_id_with_nothing_submitted_or_still_in_use_is_an_error() {
         let mut tracker: Tracker<u8> = Tracker::default();
         assert_eq!(
             tracker.on_outgoing_publish(3),
             Err(TrackerError::NothingSubmitted(3))
         );
+        tracker.submit(1);
+        tracker.submit(2);
+        tracker.on_outgoing_publish(3).unwrap();
+        assert_eq!(tracker.on_outgoing_publish(3), Err(TrackerError::InUse(3)));
     }
 
     #[derive(Debug, Clone)]

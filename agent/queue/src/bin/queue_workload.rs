@@ -161,8 +161,8 @@ fn work(
                 break;
             };
             if batch.tier() == Tier::Debug && rng.below(2) == 0 {
-                let (first, last) = (batch.first_seq(), batch.last_seq());
-                queue.ack(Tier::Debug, first..=last, SystemTime::now());
+                let (epoch, first, last) = (batch.epoch(), batch.first_seq(), batch.last_seq());
+                queue.ack(Tier::Debug, epoch, first..=last, SystemTime::now());
                 writeln!(out, "A 3 {first} {last}")?;
             }
         }
