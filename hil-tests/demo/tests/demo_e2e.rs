@@ -164,6 +164,8 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
     assert_eq!(s.gateway.dead_letters, 0, "the gateway refused messages");
 
     // Deadline SLO: per machine, exact totals in the store; per group, exact report totals.
+    // The old fields (cycles, and misses = overruns) arrive with the loops' counts; the row
+    // counts the deadline semantics' activations and deadline misses.
     let loop_label = [("loop", "safety")];
     let first_window = SNAPSHOT_S * f64::from(LOOP_RATE_HZ) * 2.0;
     let rows = run.slo_rows("safety-control");
@@ -174,7 +176,9 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
     );
     for (key, machines) in run.groups() {
         let row = &rows[&key];
-        let (mut cycles, mut misses) = (0.0, 0.0);
+        assert_eq!(row["semantics"], "completion", "{key:?}");
+        assert!(row["activations_not_judged"].is_null(), "{key:?}");
+        let (mut activations, mut misses) = (0.0, 0.0);
         for m in machines {
             let (first, last) = run.first_last("edge_control_cycles_total", &m.id, &loop_label);
             assert_eq!(last, m.injected.cycles as f64, "{}: cycles delivered", m.id);
@@ -183,30 +187,51 @@ fn a_short_demo_reports_what_its_control_loops_injected() {
                 "{}: first cycles sample {first}",
                 m.id
             );
-            cycles += last - first;
-            let (first, last) =
+            let (_, last) =
                 run.first_last("edge_control_deadline_missed_total", &m.id, &loop_label);
             assert_eq!(
                 last, m.injected.misses_observed as f64,
-                "{}: misses delivered",
+                "{}: overruns delivered",
                 m.id
             );
-            misses += last - first;
             assert!(
                 m.injected.misses_observed >= m.injected.misses_injected,
-                "{}: an injected overrun was not a miss",
+                "{}: an injected overrun was not an overrun",
                 m.id
             );
+            let (first, last) =
+                run.first_last("edge_control_activations_total", &m.id, &loop_label);
+            assert!(
+                last >= m.injected.cycles as f64,
+                "{}: {last} activations, {} cycles",
+                m.id,
+                m.injected.cycles
+            );
+            activations += last - first;
+            let (first, last) =
+                run.first_last("edge_control_activations_missed_total", &m.id, &loop_label);
+            // The demo's budget is its period: every overrun also misses its deadline.
+            assert!(
+                last >= m.injected.misses_injected as f64,
+                "{}: {last} deadline misses, {} overruns injected",
+                m.id,
+                m.injected.misses_injected
+            );
+            misses += last - first;
         }
-        assert_eq!(row["total_events"].as_f64().unwrap(), cycles, "{key:?}");
+        assert_eq!(
+            row["total_events"].as_f64().unwrap(),
+            activations,
+            "{key:?}"
+        );
         assert_eq!(row["bad_events"].as_f64().unwrap(), misses, "{key:?}");
-        let compliance = 1.0 - misses / cycles;
+        let compliance = 1.0 - misses / activations;
         assert!(close(
             row["compliance"].as_f64().unwrap(),
             compliance,
             1e-12
         ));
-        let remaining = 1.0 - (misses / cycles) / 1e-4;
+        let remaining = 1.0 - (misses / activations) / 1e-4;
         assert!(close(
             row["budget_remaining"].as_f64().unwrap(),
             remaining,

@@ -16,9 +16,15 @@
 //!   series always have equal keys, byte for byte.
 //! - A counter event is refused whole when its time is not sane (at or before the Unix epoch,
 //!   later than `arrival + max_future_skew`, or a counter started after its own event), when a
-//!   value is negative or not finite, when a part of an SLO pair (`names::SLO_PAIRS`, and
-//!   `deadline_misses` of `activations`) exceeds its total, or when an increment event's total is
-//!   zero or below its increment. Nothing of a refused event becomes a sample.
+//!   value is negative or not finite (or a count its semantics needs is absent), when a part of
+//!   an SLO pair (`names::SLO_PAIRS`, and `deadline_misses` of `activations` where they become
+//!   no series) exceeds its total, or when an increment event's total is zero or below its
+//!   increment. Nothing of a refused event becomes a sample.
+//! - Deadline counters travel under the names of their semantics (`docs/series.md`): the fields
+//!   of agents from before deadline semantics (`cycles`, `misses` = overruns, `skipped`) always
+//!   under their old names; `activations`, `deadline_misses` and `overruns` under new names only
+//!   when the event's semantics is COMPLETION; the activations of any other event under a name
+//!   that says why no deadline judged them (an older agent, or an ABI 1 probe).
 //! - Every counter value comes with its baseline, where the counter stood before the event
 //!   ([`EventSamples::baseline`]), so the increase rule counts an event from the first: `0` at
 //!   the counter's start for the kinds that carry a start time, `total − increment` one
@@ -391,9 +397,11 @@ pub fn normalize_event(
         bad_label: false,
         refused_entries: Vec::new(),
     };
-    // Pairs of counters the SLO pairs of the names cannot see yet: (part, total) of the deadline
-    // fields, checked before they become series.
+    // Deadline fields that become no series (an event that is not COMPLETION but carries both):
+    // (part, total), still checked, since they contradict each other.
     let mut extra_pair: Option<(u64, u64)> = None;
+    // A deadline event whose semantics lacks the fields it needs.
+    let mut semantics_problem: Option<&'static str> = None;
     let origin = match kind {
         event::Kind::DeadlineCounters(c) => {
             let (model, version) = model_labels(c.model.as_ref());
@@ -404,11 +412,45 @@ pub fn normalize_event(
                 (label::MODEL, model),
                 (label::MODEL_VERSION, version),
             ];
+            // The fields of agents from before deadline semantics keep their meaning and their
+            // names, whatever the event's semantics.
             b.push(metric::CONTROL_CYCLES, &labels, c.cycles as f64);
             b.push(metric::CONTROL_MISSED, &labels, c.misses as f64);
             b.push(metric::CONTROL_SKIPPED, &labels, c.skipped as f64);
-            if let (Some(activations), Some(misses)) = (c.activations, c.deadline_misses) {
-                extra_pair = Some((misses, activations));
+            let recorded_and_skipped = c.cycles.saturating_add(c.skipped) as f64;
+            match v1::DeadlineSemantics::try_from(c.semantics) {
+                Ok(v1::DeadlineSemantics::Completion) => match (c.activations, c.deadline_misses) {
+                    (Some(activations), Some(misses)) => {
+                        b.push(metric::CONTROL_ACTIVATIONS, &labels, activations as f64);
+                        b.push(metric::CONTROL_ACTIVATIONS_MISSED, &labels, misses as f64);
+                        let overruns = c.overruns.unwrap_or(c.misses);
+                        b.push(metric::CONTROL_OVERRUNS, &labels, overruns as f64);
+                    }
+                    _ => {
+                        semantics_problem =
+                            Some("completion semantics without activations or deadline_misses");
+                    }
+                },
+                Ok(v1::DeadlineSemantics::LegacyProbe) => {
+                    let activations = c.activations.map_or(recorded_and_skipped, |a| a as f64);
+                    b.push(
+                        metric::CONTROL_LEGACY_PROBE_ACTIVATIONS,
+                        &labels,
+                        activations,
+                    );
+                    extra_pair = c.activations.zip(c.deadline_misses).map(|(a, m)| (m, a));
+                }
+                // An unknown value (a later agent's) reads as the default, as every unknown enum
+                // value does (docs/wire-protocol.md): only the fields whose meaning never
+                // changes are read.
+                Ok(v1::DeadlineSemantics::Unspecified) | Err(_) => {
+                    b.push(
+                        metric::CONTROL_LEGACY_AGENT_ACTIVATIONS,
+                        &labels,
+                        recorded_and_skipped,
+                    );
+                    extra_pair = c.activations.zip(c.deadline_misses).map(|(a, m)| (m, a));
+                }
             }
             Origin::Start(c.start_time_unix_ns)
         }
@@ -533,6 +575,9 @@ pub fn normalize_event(
     if b.bad_label {
         let detail = "a label value is not an id, or an enum value is unknown".to_owned();
         return refuse(refusal::BAD_LABEL, ts_ms, detail, &b.values);
+    }
+    if let Some(detail) = semantics_problem {
+        return refuse(refusal::BAD_VALUE, ts_ms, detail.to_owned(), &b.values);
     }
     if let Some(bad) = b
         .values
@@ -685,11 +730,12 @@ mod tests {
     }
 
     #[test]
-    fn deadline_counters_become_three_series_with_the_contract_labels() {
+    fn deadline_counters_of_an_agent_before_deadlines_become_their_old_series_and_its_activations()
+    {
         let time = ARRIVAL - 1_500_000_000;
         let samples = counted(&counters(time, "planner"), ARRIVAL, 0);
         let out = &samples.values;
-        assert_eq!(out.len(), 3);
+        assert_eq!(out.len(), 4);
         assert_eq!(
             out[0].series,
             "edge_control_cycles_total{loop=\"planner\",machine_class=\"haul-truck\",machine_id=\"truck-17\",model=\"haul-perception\",model_version=\"4.2.1\",site=\"pit-3\"}"
@@ -697,6 +743,77 @@ mod tests {
         assert_eq!(out[0].ts_ms, time / 1_000_000);
         assert_eq!(out[0].value, 90_000.0);
         assert_eq!(out[1].value, 3.0);
+        // Judged against no deadline: recorded + skipped, under a name that says why.
+        assert_eq!(
+            split_key(&out[3].series).0,
+            metric::CONTROL_LEGACY_AGENT_ACTIVATIONS
+        );
+        assert_eq!(split_key(&out[3].series).1, split_key(&out[0].series).1);
+        assert_eq!(out[3].value, 90_001.0);
+    }
+
+    /// `counters` with deadline semantics `semantics` and the new fields set.
+    fn with_semantics(
+        mut event: Event,
+        semantics: v1::DeadlineSemantics,
+        activations: Option<u64>,
+        deadline_misses: Option<u64>,
+    ) -> Event {
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
+            c.semantics = semantics as i32;
+            c.activations = activations;
+            c.deadline_misses = deadline_misses;
+            c.overruns = Some(c.misses);
+        }
+        event
+    }
+
+    fn metrics_of(samples: &EventSamples) -> Vec<(&str, f64)> {
+        samples
+            .values
+            .iter()
+            .map(|s| (split_key(&s.series).0, s.value))
+            .collect()
+    }
+
+    #[test]
+    fn deadline_counters_travel_under_the_names_of_their_semantics() {
+        use v1::DeadlineSemantics::{Completion, LegacyProbe};
+        let event = counters(ARRIVAL, "planner");
+        // Completion: the old fields keep their names and meaning; the new ones get their own.
+        let completion = with_semantics(event.clone(), Completion, Some(90_001), Some(7));
+        assert_eq!(
+            metrics_of(&counted(&completion, ARRIVAL, 0)),
+            vec![
+                (metric::CONTROL_CYCLES, 90_000.0),
+                (metric::CONTROL_MISSED, 3.0),
+                (metric::CONTROL_SKIPPED, 1.0),
+                (metric::CONTROL_ACTIVATIONS, 90_001.0),
+                (metric::CONTROL_ACTIVATIONS_MISSED, 7.0),
+                (metric::CONTROL_OVERRUNS, 3.0),
+            ]
+        );
+        // An ABI 1 probe: no deadline misses; its activations say so by their name.
+        let probe = with_semantics(event.clone(), LegacyProbe, Some(90_001), None);
+        assert_eq!(
+            metrics_of(&counted(&probe, ARRIVAL, 0))[3..],
+            [(metric::CONTROL_LEGACY_PROBE_ACTIVATIONS, 90_001.0)]
+        );
+        // A later agent's semantics reads as the default: only the fields whose meaning never
+        // changes.
+        let mut later = completion.clone();
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut later.kind {
+            c.semantics = 7;
+        }
+        assert_eq!(
+            metrics_of(&counted(&later, ARRIVAL, 0))[3..],
+            [(metric::CONTROL_LEGACY_AGENT_ACTIVATIONS, 90_001.0)]
+        );
+        // Completion semantics without its counts cannot be counted.
+        let empty = with_semantics(event, Completion, Some(90_001), None);
+        let r = refused(&empty, ARRIVAL, 0);
+        assert_eq!(r.reason, refusal::BAD_VALUE);
+        assert_eq!(r.series.len(), 3, "{r:?}");
     }
 
     #[test]
@@ -809,7 +926,13 @@ mod tests {
     fn both_counters_of_every_slo_pair_come_from_one_event() {
         // Machine pairs come from one event, so admitting an event whole admits both; the
         // gateway's own pair (freshness) is written in one step by the ingest path.
-        let samples = counted(&counters(ARRIVAL, "planner"), ARRIVAL, 0);
+        let event = with_semantics(
+            counters(ARRIVAL, "planner"),
+            v1::DeadlineSemantics::Completion,
+            Some(90_001),
+            Some(7),
+        );
+        let samples = counted(&event, ARRIVAL, 0);
         let metrics: Vec<&str> = samples
             .values
             .iter()
@@ -832,7 +955,11 @@ mod tests {
         let r = refused(&event, ARRIVAL, 0);
         assert_eq!(r.reason, refusal::BAD_OVER_TOTAL);
         assert_eq!(r.ts_ms, ARRIVAL / 1_000_000);
-        assert_eq!(r.series.len(), 3, "cycles, misses and skipped");
+        assert_eq!(
+            r.series.len(),
+            4,
+            "cycles, misses, skipped and the activations"
+        );
         assert!(r.series[1].starts_with(metric::CONTROL_MISSED));
         // Equal is possible: every cycle missed.
         counted(
@@ -840,13 +967,17 @@ mod tests {
             ARRIVAL,
             0,
         );
-        // The deadline fields are checked too, before they become series.
-        let mut event = counters(ARRIVAL, "planner");
-        if let Some(event::Kind::DeadlineCounters(c)) = &mut event.kind {
-            c.activations = Some(10);
-            c.deadline_misses = Some(11);
+        // The deadline fields are checked too: as series (completion semantics), and where
+        // they become none.
+        for semantics in [
+            v1::DeadlineSemantics::Completion,
+            v1::DeadlineSemantics::Unspecified,
+        ] {
+            let event = with_semantics(counters(ARRIVAL, "planner"), semantics, Some(10), Some(11));
+            let r = refused(&event, ARRIVAL, 0);
+            assert_eq!(r.reason, refusal::BAD_OVER_TOTAL, "{semantics:?}");
+            assert!(r.detail.contains("11 above"), "{}", r.detail);
         }
-        assert_eq!(refused(&event, ARRIVAL, 0).reason, refusal::BAD_OVER_TOTAL);
     }
 
     #[test]

@@ -133,9 +133,10 @@ fn refused(store: &Store) -> BTreeMap<(String, String), f64> {
 #[test]
 fn an_event_whose_series_do_not_all_fit_is_refused_whole_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ingestor = open_ingestor(dir.path(), 4, Duration::from_secs(3600));
-    // Three series (cycles, misses, skipped) of one loop fit; the next loop's three do not,
-    // although one place is left: cycles alone would be stored and misses refused.
+    let mut ingestor = open_ingestor(dir.path(), 5, Duration::from_secs(3600));
+    // Four series (cycles, misses, skipped, and the activations of an agent from before
+    // deadline semantics) of one loop fit; the next loop's four do not, although one place is
+    // left: cycles alone would be stored and misses refused.
     let report = deliver(
         &mut ingestor,
         &[slo_batch(
@@ -147,7 +148,7 @@ fn an_event_whose_series_do_not_all_fit_is_refused_whole_and_counted() {
         )],
     );
     assert_eq!(report.stats.events_refused_for(refusal::SERIES_BUDGET), 1);
-    assert_eq!(report.stats.samples_refused_for(refusal::SERIES_BUDGET), 3);
+    assert_eq!(report.stats.samples_refused_for(refusal::SERIES_BUDGET), 4);
     let store = ingestor.store();
     for metric in [metric::CONTROL_CYCLES, metric::CONTROL_MISSED] {
         let stored = series(store, metric);
@@ -162,7 +163,7 @@ fn an_event_whose_series_do_not_all_fit_is_refused_whole_and_counted() {
         )],
         1.0
     );
-    assert_eq!(refused.values().sum::<f64>(), 3.0);
+    assert_eq!(refused.values().sum::<f64>(), 4.0);
     assert!(
         store.dead_letters().unwrap().is_empty(),
         "the budget is not the event's fault"
@@ -172,17 +173,17 @@ fn an_event_whose_series_do_not_all_fit_is_refused_whole_and_counted() {
 #[test]
 fn a_series_not_written_for_the_retire_time_of_event_time_makes_room_and_comes_back_when_written() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ingestor = open_ingestor(dir.path(), 3, Duration::from_secs(3600));
+    let mut ingestor = open_ingestor(dir.path(), 4, Duration::from_secs(3600));
     let batches = [
         slo_batch("m", vec![counters(1, 10, "safety", "1.0", 0, 100, 1)]),
-        // An hour and a minute later in event time, version 2.0 needs the three places.
+        // An hour and a minute later in event time, version 2.0 needs the four places.
         slo_batch("m", vec![counters(2, 71, "safety", "2.0", 70, 100, 2)]),
         // 1.0 again (a rollback, or its backlog): retired, admitted again like a new series
         // once 2.0 has not been written for an hour.
         slo_batch("m", vec![counters(3, 200, "safety", "1.0", 0, 900, 5)]),
     ];
     let report = deliver(&mut ingestor, &batches);
-    assert_eq!(report.stats.series_retired, 6);
+    assert_eq!(report.stats.series_retired, 8);
     assert_eq!(report.stats.events_refused.iter().sum::<u64>(), 0);
     let cycles = series(ingestor.store(), metric::CONTROL_CYCLES);
     let version_1 = cycles
@@ -201,7 +202,7 @@ fn a_series_not_written_for_the_retire_time_of_event_time_makes_room_and_comes_b
 
     // Within the retire time, no room is made: refused.
     let dir = tempfile::tempdir().unwrap();
-    let mut ingestor = open_ingestor(dir.path(), 3, Duration::from_secs(3600));
+    let mut ingestor = open_ingestor(dir.path(), 4, Duration::from_secs(3600));
     let report = deliver(
         &mut ingestor,
         &[
@@ -266,7 +267,7 @@ fn a_baseline_is_skipped_where_another_runs_sample_lies_between_it_and_its_value
             ],
         )],
     );
-    assert_eq!(report.stats.baselines_skipped, 3);
+    assert_eq!(report.stats.baselines_skipped, 4);
     let missed = series(ingestor.store(), metric::CONTROL_MISSED);
     // A zero at minute 20 would have counted the old run's 30 again: 30 + 2, not 30 + 30 + 2.
     let window = Window::ending_at(T0_MS + 60 * MIN_MS, 60 * MIN_MS);
@@ -285,8 +286,8 @@ fn the_same_events_replayed_under_another_queue_epoch_write_nothing_new() {
     };
     let first = deliver(&mut ingestor, &[slo_batch("m", events())]);
     assert_eq!(
-        first.stats.baselines_new, 3,
-        "cycles, misses, skipped from 0"
+        first.stats.baselines_new, 4,
+        "cycles, misses, skipped, activations from 0"
     );
     // A recreated queue re-sends them with new sequence numbers: de-duplication cannot tell,
     // and every sample, baselines included, is an identical no-op.
@@ -325,7 +326,7 @@ fn refusals_of_one_series_at_one_time_arriving_apart_are_all_counted() {
 fn a_machines_refusals_keep_their_labels_up_to_a_bound_then_fold() {
     let dir = tempfile::tempdir().unwrap();
     let mut ingestor = open_ingestor(dir.path(), 100, Duration::from_secs(3600));
-    // 40 model versions refused for misses above cycles: 3 refusal series each, past the bound
+    // 40 model versions refused for misses above cycles: 4 refusal series each, past the bound
     // of 64, after which they keep only machine, reason and series name.
     let events: Vec<Event> = (1..=40u64)
         .map(|seq| counters(seq, 10, "safety", &format!("1.{seq}"), 0, 5, 9))
@@ -333,12 +334,12 @@ fn a_machines_refusals_keep_their_labels_up_to_a_bound_then_fold() {
     deliver(&mut ingestor, &[slo_batch("m", events)]);
     let refusals = series(ingestor.store(), metric::REFUSED_SAMPLES);
     assert!(
-        refusals.len() <= 64 + 3,
+        refusals.len() <= 64 + 4,
         "{} refusal series",
         refusals.len()
     );
     let total: f64 = refused(ingestor.store()).values().sum();
-    assert_eq!(total, 120.0, "every refused sample still counted");
+    assert_eq!(total, 160.0, "every refused sample still counted");
     assert!(
         refusals
             .iter()
@@ -390,11 +391,14 @@ struct Model {
     live: [BTreeMap<(usize, usize), i64>; 2],
     /// Per machine, stored (loop, version, minute).
     stored: [BTreeSet<(usize, usize, i64)>; 2],
-    /// Refused samples (3 per refused event).
+    /// Refused samples (one per series of a refused event).
     refused: f64,
 }
 
-const BUDGET: u32 = 6;
+/// Series one event writes: cycles, misses, skipped, and the activations of an agent from
+/// before deadline semantics.
+const PER_EVENT: usize = 4;
+const BUDGET: u32 = 2 * PER_EVENT as u32;
 const RETIRE_MIN: i64 = 60;
 
 impl Model {
@@ -403,13 +407,13 @@ impl Model {
         let key = (step.loop_index, step.version);
         self.newest[m] = self.newest[m].max(step.minute);
         if !self.live[m].contains_key(&key) {
-            // One event: cycles, misses, skipped, all new or all live.
-            if self.live[m].len() * 3 + 3 > BUDGET as usize {
+            // One event: all its series new or all live.
+            if (self.live[m].len() + 1) * PER_EVENT > BUDGET as usize {
                 let cutoff = self.newest[m] - RETIRE_MIN;
                 self.live[m].retain(|_, last| *last >= cutoff);
             }
-            if self.live[m].len() * 3 + 3 > BUDGET as usize {
-                self.refused += 3.0;
+            if (self.live[m].len() + 1) * PER_EVENT > BUDGET as usize {
+                self.refused += PER_EVENT as f64;
                 return;
             }
         }
@@ -471,7 +475,12 @@ proptest! {
             }
             let store = gateway.store();
             let mut stored: [BTreeSet<(usize, usize, i64)>; 2] = Default::default();
-            for metric in [metric::CONTROL_CYCLES, metric::CONTROL_MISSED, metric::CONTROL_SKIPPED] {
+            for metric in [
+                metric::CONTROL_CYCLES,
+                metric::CONTROL_MISSED,
+                metric::CONTROL_SKIPPED,
+                metric::CONTROL_LEGACY_AGENT_ACTIVATIONS,
+            ] {
                 let mut of_metric: [BTreeSet<(usize, usize, i64)>; 2] = Default::default();
                 for s in series(store, metric) {
                     let m: usize = label(&s, "machine_id")[1..].parse().unwrap();

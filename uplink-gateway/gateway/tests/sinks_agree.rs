@@ -11,8 +11,8 @@ use edgewatch_gateway::store::Store;
 use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_harness::prometheus::Prometheus;
 use edgewatch_proto::v1::{
-    AutonomySeconds, ComponentSeconds, DeadlineCounters, EnergyCounters, Event, LoopRef,
-    ModeSeconds, ModelVersion, RailEnergy, ThrottleCounters, Tier, event,
+    AutonomySeconds, ComponentSeconds, DeadlineCounters, DeadlineSemantics, EnergyCounters, Event,
+    LoopRef, ModeSeconds, ModelVersion, RailEnergy, ThrottleCounters, Tier, event,
 };
 use util::*;
 
@@ -34,8 +34,9 @@ fn model() -> Option<ModelVersion> {
     })
 }
 
-/// One SLO batch per machine-hour of history: both loops' deadline counters, throttle, autonomy
-/// and energy counters, all cumulative, stamped `start_ns + i × 10 min`.
+/// One SLO batch per machine-hour of history: both loops' deadline counters (completion
+/// semantics), throttle, autonomy and energy counters, all cumulative, stamped
+/// `start_ns + i × 10 min`.
 fn history(machine: &str, start_ns: i64, batches: u64) -> Vec<edgewatch_proto::v1::Batch> {
     let mut seq = 0u64;
     (0..batches)
@@ -55,6 +56,8 @@ fn history(machine: &str, start_ns: i64, batches: u64) -> Vec<edgewatch_proto::v
                 };
                 for (loop_name, miss_every) in [("safety", 40_000u64), ("assistive", 900)] {
                     let cycles = 15_000 * (i + 1);
+                    let overruns = cycles / miss_every + i / 3;
+                    let skipped = i / 5;
                     push(event::Kind::DeadlineCounters(DeadlineCounters {
                         control_loop: Some(LoopRef {
                             loop_id: 1,
@@ -63,7 +66,13 @@ fn history(machine: &str, start_ns: i64, batches: u64) -> Vec<edgewatch_proto::v
                         model: model(),
                         start_time_unix_ns: start_ns,
                         cycles,
-                        misses: cycles / miss_every + i / 3,
+                        misses: overruns,
+                        skipped,
+                        activations: Some(cycles + skipped),
+                        deadline_misses: Some(overruns / 2 + skipped),
+                        overruns: Some(overruns),
+                        deadline_ns: 40_000_000,
+                        semantics: DeadlineSemantics::Completion as i32,
                         ..Default::default()
                     }));
                 }
@@ -148,7 +157,9 @@ async fn both_sinks_return_the_same_samples_and_the_same_report() {
     let now_ms = now / 1_000_000 + 60_000;
     let from_ms = now_ms - 20 * 86_400_000;
     let metrics = store.metrics().unwrap();
-    assert_eq!(metrics.len(), 9, "{metrics:?}");
+    // Deadline counters under both names (the old fields and the completion semantics),
+    // throttle, autonomy, energy, safe stops, and the gateway's freshness pair.
+    assert_eq!(metrics.len(), 12, "{metrics:?}");
     let mut compared = 0;
     for metric in &metrics {
         let mut local = store.query(metric, from_ms + 1, now_ms).unwrap();

@@ -14,8 +14,8 @@ use edgewatch_gateway::store::{RawSeries, Store};
 use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_harness::prometheus::Prometheus;
 use edgewatch_proto::v1::{
-    AutonomySeconds, Batch, ComponentSeconds, DeadlineCounters, EnergyCounters, Event,
-    Intervention, LoopRef, ModeSeconds, ModelVersion, QueueLoss, RailEnergy, SafeStop,
+    AutonomySeconds, Batch, ComponentSeconds, DeadlineCounters, DeadlineSemantics, EnergyCounters,
+    Event, Intervention, LoopRef, ModeSeconds, ModelVersion, QueueLoss, RailEnergy, SafeStop,
     SafetyFallback, ThrottleCounters, Tier, event,
 };
 use edgewatch_slo::series::{Window, increase};
@@ -66,6 +66,29 @@ fn counters(
     })
 }
 
+/// The same from an agent with deadline semantics: `activations` and `deadline_misses`
+/// (completion), with no overrun and no skipped activation, so the old fields carry the same
+/// counts as cycles and zero misses.
+fn completion_counters(
+    loop_name: &str,
+    version: &str,
+    start_ns: i64,
+    activations: u64,
+    deadline_misses: u64,
+) -> event::Kind {
+    let event::Kind::DeadlineCounters(mut c) =
+        counters(loop_name, version, start_ns, activations, 0)
+    else {
+        unreachable!("deadline counters")
+    };
+    c.activations = Some(activations);
+    c.deadline_misses = Some(deadline_misses);
+    c.overruns = Some(0);
+    c.deadline_ns = 40_000_000;
+    c.semantics = DeadlineSemantics::Completion as i32;
+    event::Kind::DeadlineCounters(c)
+}
+
 fn on_site(mut batch: Batch, site: &str) -> Batch {
     batch.site_id = site.into();
     batch
@@ -112,19 +135,20 @@ fn increase_of(series: &[RawSeries], labels: &[(&str, &str)], end_ms: i64) -> f6
     increase(&found[0].samples, window, LOOKBACK_MS)
 }
 
-/// What a rollout injected for one (model version, loop): cycles and misses.
+/// What a rollout injected for one (model version, loop): activations and deadline misses.
 struct Injected {
     version: String,
     loop_name: String,
-    cycles: u64,
+    activations: u64,
     misses: u64,
 }
 
-/// One machine's SLO and safety batches through a rollout: every version runs for two hours,
-/// with all three loops, autonomy, throttle and energy counters every five minutes (each series
-/// starting at the version's start), and one fallback per loop, an intervention and a safe stop
-/// per version. Returns the batches in the order an agent sends them live, and per version and
-/// loop the injected (cycles, misses).
+/// One machine's SLO and safety batches through a rollout, from an agent with deadline
+/// semantics (the most series a loop has): every version runs for two hours, with all three
+/// loops, autonomy, throttle and energy counters every five minutes (each series starting at the
+/// version's start), and one fallback per loop, an intervention and a safe stop per version.
+/// Returns the batches in the order an agent sends them live, and per version and loop the
+/// injected (activations, deadline misses).
 fn rollout(machine: &str, versions: &[&str], t0: i64) -> (Vec<Batch>, Vec<Injected>) {
     const LOOPS: [&str; 3] = ["safety", "assistive", "planner"];
     const SNAPSHOTS: i64 = 24;
@@ -144,7 +168,13 @@ fn rollout(machine: &str, versions: &[&str], t0: i64) -> (Vec<Batch>, Vec<Inject
             };
             for (j, loop_name) in LOOPS.iter().enumerate() {
                 let misses = (k + 1) * (j as u64 + 1) * i;
-                push(counters(loop_name, version, start, 7_500 * i, misses));
+                push(completion_counters(
+                    loop_name,
+                    version,
+                    start,
+                    7_500 * i,
+                    misses,
+                ));
             }
             push(event::Kind::AutonomySeconds(AutonomySeconds {
                 start_time_unix_ns: start,
@@ -217,7 +247,7 @@ fn rollout(machine: &str, versions: &[&str], t0: i64) -> (Vec<Batch>, Vec<Inject
             truth.push(Injected {
                 version: version.to_string(),
                 loop_name: loop_name.to_string(),
-                cycles: 7_500 * n,
+                activations: 7_500 * n,
                 misses: (k + 1) * (j as u64 + 1) * n,
             });
         }
@@ -254,7 +284,7 @@ async fn check_rollout(client_id: &str, versions: &[&str]) -> f64 {
     for Injected {
         version,
         loop_name,
-        cycles,
+        activations,
         misses,
     } in truth
     {
@@ -265,10 +295,11 @@ async fn check_rollout(client_id: &str, versions: &[&str]) -> f64 {
         };
         let row = row(&report, slo, SITE, &version);
         assert_eq!(row["machine_class"], CLASS);
+        assert_eq!(row["semantics"], "completion");
         assert_eq!(
             row["total_events"].as_f64().unwrap(),
-            cycles as f64,
-            "{slo} {version}: every cycle, from the version's first snapshot"
+            activations as f64,
+            "{slo} {version}: every activation, from the version's first snapshot"
         );
         assert_eq!(
             row["bad_events"].as_f64().unwrap(),
@@ -277,7 +308,7 @@ async fn check_rollout(client_id: &str, versions: &[&str]) -> f64 {
         );
         // JSON numbers parse back to within a unit in the last place.
         let compliance = row["compliance"].as_f64().unwrap();
-        assert!((compliance - (1.0 - misses as f64 / cycles as f64)).abs() < 1e-12);
+        assert!((compliance - (1.0 - misses as f64 / activations as f64)).abs() < 1e-12);
         assert!(row["incomplete"].is_null(), "{slo} {version}: {row:#}");
     }
     gateway
@@ -287,21 +318,21 @@ async fn check_rollout(client_id: &str, versions: &[&str]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_loop_machine_rolled_through_three_model_versions_keeps_every_versions_misses() {
-    // 3 × 27 series fit the default budget at once: nothing needs to retire.
+    // 3 × 36 series fit the default budget at once: nothing needs to retire.
     let retired = check_rollout("gw-rollout-3", &["4.2.1", "4.3.0", "4.4.0"]).await;
     assert_eq!(retired, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_model_versions_in_a_row_fit_the_default_budget_because_old_versions_retire() {
-    // 6 × 27 series: more than the default budget holds at once, so the versions switched away
+    // 6 × 36 series: more than the default budget holds at once, so the versions switched away
     // from must retire to make room.
     let retired = check_rollout(
         "gw-rollout-6",
         &["4.2.1", "4.3.0", "4.4.0", "4.5.0", "4.6.0", "4.7.0"],
     )
     .await;
-    assert!(retired >= 27.0, "{retired} series retired");
+    assert!(retired >= 36.0, "{retired} series retired");
 }
 
 /// Six hours of the safety loop every ten minutes, no misses.

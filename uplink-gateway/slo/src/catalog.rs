@@ -128,7 +128,9 @@ fn default_period() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RawSli {
-    /// good = cycles − deadline misses of the named loops.
+    /// good = activations − deadline misses of the named loops (an activation misses its
+    /// deadline when it completes after release + D or never runs); rows fed by older agents or
+    /// probes say so (see [`Semantics`]).
     ControlDeadline(LoopsSli),
     /// good = safety events that reached the gateway within the freshness limit of the
     /// machine's reconnect, out of all safety events received.
@@ -338,7 +340,8 @@ impl Slo {
 /// A validated SLI.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sli {
-    /// good = cycles − misses of these loops.
+    /// good = activations − deadline misses of these loops; per row, by the [`Semantics`] that
+    /// feed it.
     ControlDeadline {
         /// `loop` label values.
         loops: Vec<String>,
@@ -407,45 +410,164 @@ pub(crate) enum Bad {
     TotalMinusGood(Selector),
 }
 
-impl Sli {
+impl Bad {
+    /// The counter read: of bad or of good events.
+    pub fn selector(&self) -> &Selector {
+        match self {
+            Self::Counter(sel) | Self::TotalMinusGood(sel) => sel,
+        }
+    }
+}
+
+/// What judged the activations of a deadline SLO's row: the semantics of the deadline counters
+/// that feed it (`docs/slo-catalog.md`, "Deadline semantics"). A row takes the first, in this
+/// order, whose counters hold samples of its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Semantics {
+    /// An activation misses its deadline when it completes after release + D or never runs:
+    /// the deadline SLI, (activations − deadline misses) / activations.
+    Completion,
+    /// The loop's probe predates deadlines (ABI 1): activations are counted, deadline misses
+    /// are not, so the SLI is not measured.
+    LegacyProbe,
+    /// An agent from before deadline semantics: the legacy computation, (cycles − misses) /
+    /// cycles, its misses being execution overruns.
+    LegacyAgent,
+}
+
+impl Semantics {
+    /// Its identifier, as in `report --json` and the `semantics` label of generated rules.
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::Completion => "completion",
+            Self::LegacyProbe => "legacy_probe",
+            Self::LegacyAgent => "legacy_agent",
+        }
+    }
+
+    /// What a report says of a row of these semantics.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Completion => "completion",
+            Self::LegacyProbe => "not measured (probe ABI 1)",
+            Self::LegacyAgent => "legacy (overruns, agent before deadlines)",
+        }
+    }
+
+    /// Why activations of these semantics were judged against no deadline (`None`: they were).
+    pub fn unjudged_because(self) -> Option<&'static str> {
+        match self {
+            Self::Completion => None,
+            Self::LegacyProbe => Some("probe ABI 1"),
+            Self::LegacyAgent => Some("agent before deadlines"),
+        }
+    }
+}
+
+/// One way of computing an SLI from its counters.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Computation {
+    /// The deadline semantics it reads (`None` for SLIs that have no such thing).
+    pub semantics: Option<Semantics>,
     /// The counter of all events.
-    pub(crate) fn total(&self) -> Selector {
+    pub total: Selector,
+    /// How bad events are counted; `None`: they are not measured.
+    pub bad: Option<Bad>,
+}
+
+impl Sli {
+    /// The ways the SLI is computed, in order of precedence: a row takes the first whose
+    /// counters hold its group. The deadline SLI has one per [`Semantics`]; the others, one.
+    pub(crate) fn computations(&self) -> Vec<Computation> {
         match self {
             Self::ControlDeadline { loops } => {
-                Selector::one_of(metric::CONTROL_CYCLES, label::LOOP, loops)
+                let by_loop = |metric| Selector::one_of(metric, label::LOOP, loops);
+                vec![
+                    Computation {
+                        semantics: Some(Semantics::Completion),
+                        total: by_loop(metric::CONTROL_ACTIVATIONS),
+                        bad: Some(Bad::Counter(by_loop(metric::CONTROL_ACTIVATIONS_MISSED))),
+                    },
+                    Computation {
+                        semantics: Some(Semantics::LegacyProbe),
+                        total: by_loop(metric::CONTROL_LEGACY_PROBE_ACTIVATIONS),
+                        bad: None,
+                    },
+                    Computation {
+                        semantics: Some(Semantics::LegacyAgent),
+                        total: by_loop(metric::CONTROL_CYCLES),
+                        bad: Some(Bad::Counter(by_loop(metric::CONTROL_MISSED))),
+                    },
+                ]
             }
-            Self::Freshness => Selector::all(metric::SAFETY_EVENTS_RECEIVED),
-            Self::ThrottledTime { .. } => Selector::all(metric::AUTONOMY_SECONDS),
+            Self::Freshness => vec![Computation {
+                semantics: None,
+                total: Selector::all(metric::SAFETY_EVENTS_RECEIVED),
+                bad: Some(Bad::TotalMinusGood(Selector::all(
+                    metric::SAFETY_EVENTS_FRESH,
+                ))),
+            }],
+            Self::ThrottledTime { components } => vec![Computation {
+                semantics: None,
+                total: Selector::all(metric::AUTONOMY_SECONDS),
+                bad: Some(Bad::Counter(Selector::one_of(
+                    metric::THROTTLE_SECONDS,
+                    label::COMPONENT,
+                    components,
+                ))),
+            }],
         }
     }
 
-    /// How bad events are counted.
-    pub(crate) fn bad(&self) -> Bad {
+    /// The counters of the activations no deadline judged, per cause: agents from before
+    /// deadline semantics, and probes from before deadlines (ABI 1). The deadline SLI only.
+    pub(crate) fn unjudged(&self) -> Option<[(Semantics, Selector); 2]> {
         match self {
-            Self::ControlDeadline { loops } => {
-                Bad::Counter(Selector::one_of(metric::CONTROL_MISSED, label::LOOP, loops))
-            }
-            Self::Freshness => Bad::TotalMinusGood(Selector::all(metric::SAFETY_EVENTS_FRESH)),
-            Self::ThrottledTime { components } => Bad::Counter(Selector::one_of(
-                metric::THROTTLE_SECONDS,
-                label::COMPONENT,
-                components,
-            )),
+            Self::ControlDeadline { loops } => Some([
+                (
+                    Semantics::LegacyAgent,
+                    Selector::one_of(metric::CONTROL_LEGACY_AGENT_ACTIVATIONS, label::LOOP, loops),
+                ),
+                (
+                    Semantics::LegacyProbe,
+                    Selector::one_of(metric::CONTROL_LEGACY_PROBE_ACTIVATIONS, label::LOOP, loops),
+                ),
+            ]),
+            Self::Freshness | Self::ThrottledTime { .. } => None,
         }
     }
 
-    /// Every metric the SLI reads, refusals included.
-    pub(crate) fn metrics(&self) -> [&'static str; 3] {
-        let bad = match self.bad() {
-            Bad::Counter(s) | Bad::TotalMinusGood(s) => s.metric,
-        };
-        [self.total().metric, bad, metric::REFUSED_SAMPLES]
+    /// Every metric the SLI reads, refusals included, each once.
+    pub(crate) fn metrics(&self) -> Vec<&'static str> {
+        let mut metrics = Vec::new();
+        for c in self.computations() {
+            metrics.push(c.total.metric);
+            metrics.extend(c.bad.as_ref().map(|bad| bad.selector().metric));
+        }
+        for (_, sel) in self.unjudged().into_iter().flatten() {
+            metrics.push(sel.metric);
+        }
+        metrics.push(metric::REFUSED_SAMPLES);
+        let mut seen = Vec::with_capacity(metrics.len());
+        metrics.retain(|m| {
+            let new = !seen.contains(m);
+            seen.push(*m);
+            new
+        });
+        metrics
     }
 
-    /// Whether a refusal series is about one of the counters this SLI reads.
+    /// Whether a refusal series is about one of the counters this SLI computes with: the total
+    /// and bad (or good) counter of every computation that measures bad events. Every
+    /// deadline-counter event writes the legacy computation's two, so a refused one always
+    /// counts, whatever its semantics.
     pub(crate) fn reads_refused(&self, refusal: &Series) -> bool {
-        let (Bad::Counter(counted) | Bad::TotalMinusGood(counted)) = self.bad();
-        self.total().matches_refusal(refusal) || counted.matches_refusal(refusal)
+        self.computations().iter().any(|c| {
+            c.bad.as_ref().is_some_and(|bad| {
+                c.total.matches_refusal(refusal) || bad.selector().matches_refusal(refusal)
+            })
+        })
     }
 }
 
@@ -821,13 +943,53 @@ mod tests {
         // Throttled time divides seconds of two different events (throttle and autonomy
         // counters), so it is no pair: its rows show refusals of either counter.
         for sli in Catalog::default().slos.iter().map(|s| &s.sli) {
-            let (Bad::Counter(counted) | Bad::TotalMinusGood(counted)) = sli.bad();
-            let pair = (sli.total().metric, counted.metric);
-            match sli {
-                Sli::ThrottledTime { .. } => assert!(!crate::names::SLO_PAIRS.contains(&pair)),
-                _ => assert!(crate::names::SLO_PAIRS.contains(&pair), "{pair:?}"),
+            for c in sli.computations() {
+                let Some(bad) = &c.bad else { continue };
+                let pair = (c.total.metric, bad.selector().metric);
+                match sli {
+                    Sli::ThrottledTime { .. } => {
+                        assert!(!crate::names::SLO_PAIRS.contains(&pair))
+                    }
+                    _ => assert!(crate::names::SLO_PAIRS.contains(&pair), "{pair:?}"),
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_deadline_sli_counts_completions_first_and_never_mixes_two_meanings_in_a_computation() {
+        let sli = Sli::ControlDeadline {
+            loops: vec!["safety".into()],
+        };
+        let computations = sli.computations();
+        let order: Vec<_> = computations.iter().map(|c| c.semantics).collect();
+        assert_eq!(
+            order,
+            [
+                Some(Semantics::Completion),
+                Some(Semantics::LegacyProbe),
+                Some(Semantics::LegacyAgent)
+            ]
+        );
+        let completion = &computations[0];
+        assert_eq!(completion.total.metric, metric::CONTROL_ACTIVATIONS);
+        assert_eq!(
+            completion.bad.as_ref().map(|b| b.selector().metric),
+            Some(metric::CONTROL_ACTIVATIONS_MISSED)
+        );
+        assert!(computations[1].bad.is_none(), "ABI 1: not measured");
+        assert_eq!(
+            sli.metrics(),
+            [
+                metric::CONTROL_ACTIVATIONS,
+                metric::CONTROL_ACTIVATIONS_MISSED,
+                metric::CONTROL_LEGACY_PROBE_ACTIVATIONS,
+                metric::CONTROL_CYCLES,
+                metric::CONTROL_MISSED,
+                metric::CONTROL_LEGACY_AGENT_ACTIVATIONS,
+                metric::REFUSED_SAMPLES,
+            ]
+        );
     }
 
     #[test]
@@ -848,6 +1010,11 @@ mod tests {
         assert!(sli.reads_refused(&refusal(&[("series", missed)])));
         assert!(!sli.reads_refused(&refusal(&[("series", missed), ("loop", "planner")])));
         assert!(!sli.reads_refused(&refusal(&[("series", metric::CONTROL_SKIPPED)])));
+        let activations_missed = metric::CONTROL_ACTIVATIONS_MISSED;
+        assert!(sli.reads_refused(&refusal(&[("series", activations_missed)])));
+        // The activations that only say which semantics fed a row are no counter of the SLI.
+        let probe = metric::CONTROL_LEGACY_PROBE_ACTIVATIONS;
+        assert!(!sli.reads_refused(&refusal(&[("series", probe)])));
     }
 
     #[test]

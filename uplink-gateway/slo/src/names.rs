@@ -16,6 +16,10 @@
 //!   [`metric::GATEWAY_PREFIX`]`*`, and each says which time stamps it.
 //! - The two counters of an SLO pair ([`SLO_PAIRS`]) come from one event with the same labels, so
 //!   the gateway can check the pair on every event and admit its two series together.
+//! - One name, one meaning: deadline counters judged by completion
+//!   ([`metric::CONTROL_ACTIVATIONS`], [`metric::CONTROL_ACTIVATIONS_MISSED`]) never share a
+//!   name with the overrun counts of agents from before deadline semantics
+//!   ([`metric::CONTROL_CYCLES`], [`metric::CONTROL_MISSED`]), so no window mixes the two.
 
 /// Series names.
 pub mod metric {
@@ -24,12 +28,37 @@ pub mod metric {
     /// against no machine's series budget.
     pub const GATEWAY_PREFIX: &str = "edgewatch_";
 
-    /// Control-loop cycles (`DeadlineCounters.cycles`), per `loop`, `model`, `model_version`.
+    /// Control-loop cycles recorded (`DeadlineCounters.cycles`), per `loop`, `model`,
+    /// `model_version`; from every agent. With [`CONTROL_MISSED`], the legacy computation of
+    /// the deadline SLI (agents from before deadline semantics).
     pub const CONTROL_CYCLES: &str = "edge_control_cycles_total";
-    /// Control-loop deadline misses (`DeadlineCounters.misses`), same labels.
+    /// Control-loop execution overruns as agents before deadline semantics counted deadline
+    /// misses (`DeadlineCounters.misses`: duration above budget), same labels; from every agent,
+    /// with that meaning.
     pub const CONTROL_MISSED: &str = "edge_control_deadline_missed_total";
-    /// Control-loop cycles skipped (`DeadlineCounters.skipped`), same labels.
+    /// Control-loop activations skipped (`DeadlineCounters.skipped`), same labels; from every
+    /// agent.
     pub const CONTROL_SKIPPED: &str = "edge_control_skipped_total";
+    /// Control-loop activations judged against their deadline (`DeadlineCounters.activations`
+    /// of events with semantics COMPLETION), same labels: the deadline SLI's total.
+    pub const CONTROL_ACTIVATIONS: &str = "edge_control_activations_total";
+    /// Of those, the activations that missed their deadline: completed after release + D, or
+    /// never ran (`DeadlineCounters.deadline_misses`, semantics COMPLETION), same labels: the
+    /// deadline SLI's bad events.
+    pub const CONTROL_ACTIVATIONS_MISSED: &str = "edge_control_activations_missed_total";
+    /// Execution overruns, duration above budget (`DeadlineCounters.overruns`, semantics
+    /// COMPLETION), same labels: a diagnostic, never in an SLI.
+    pub const CONTROL_OVERRUNS: &str = "edge_control_overruns_total";
+    /// Activations of loops whose agent predates deadline semantics (`cycles + skipped` of
+    /// events with semantics UNSPECIFIED), same labels: judged against no deadline. Tells the
+    /// SLO core which rows are fed by such agents, and how much.
+    pub const CONTROL_LEGACY_AGENT_ACTIVATIONS: &str =
+        "edge_control_legacy_agent_activations_total";
+    /// Activations of loops whose probe predates deadlines, ABI 1 (`DeadlineCounters.activations`
+    /// of events with semantics LEGACY_PROBE), same labels: judged against no deadline, so
+    /// their deadline SLI is not measured.
+    pub const CONTROL_LEGACY_PROBE_ACTIVATIONS: &str =
+        "edge_control_legacy_probe_activations_total";
     /// Safety fallbacks (`SafetyFallback.total`), same labels.
     pub const SAFETY_FALLBACKS: &str = "edge_safety_fallbacks_total";
     /// Interventions (`Intervention.total`), per `model`, `model_version`, `source`.
@@ -169,9 +198,12 @@ pub const BASE_LABELS: [&str; 3] = [label::MACHINE_ID, label::SITE, label::MACHI
 /// SLO pairs `(total, part)`: two counters written together, from one event (or, for the
 /// gateway's own freshness counters, in one step), with the same labels, the part never above
 /// the total. The gateway refuses an event whose part exceeds its total and admits the two series
-/// of a pair together or not at all; a new pair (e.g. activations and deadline misses) plugs in
-/// here.
-pub const SLO_PAIRS: [(&str, &str); 2] = [
+/// of a pair together or not at all.
+pub const SLO_PAIRS: [(&str, &str); 3] = [
+    (
+        metric::CONTROL_ACTIVATIONS,
+        metric::CONTROL_ACTIVATIONS_MISSED,
+    ),
     (metric::CONTROL_CYCLES, metric::CONTROL_MISSED),
     (metric::SAFETY_EVENTS_RECEIVED, metric::SAFETY_EVENTS_FRESH),
 ];
@@ -194,6 +226,11 @@ mod tests {
             metric::CONTROL_CYCLES,
             metric::CONTROL_MISSED,
             metric::CONTROL_SKIPPED,
+            metric::CONTROL_ACTIVATIONS,
+            metric::CONTROL_ACTIVATIONS_MISSED,
+            metric::CONTROL_OVERRUNS,
+            metric::CONTROL_LEGACY_AGENT_ACTIVATIONS,
+            metric::CONTROL_LEGACY_PROBE_ACTIVATIONS,
             metric::SAFETY_FALLBACKS,
             metric::INTERVENTIONS,
             metric::SAFE_STOPS,

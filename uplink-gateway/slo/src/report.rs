@@ -3,11 +3,14 @@
 //!
 //! Invariants:
 //! - Columns are aligned for any content; a missing value prints as `-`, never as NaN.
-//! - A row whose samples the gateway refused says `incomplete N` in its DATA column.
+//! - A row whose samples the gateway refused says `incomplete N` in its DATA column, and a
+//!   deadline row whose activations no deadline judged says how many and why there too.
+//! - A deadline row says in its SEMANTICS column what its numbers count; one whose bad events
+//!   are not measured shows `-` for compliance, budget, burn rates and policy, never 100 %.
 //! - The text ends with a newline and holds no trailing spaces.
 
 use crate::cost::{CostReport, CostSummary};
-use crate::slo::SloReport;
+use crate::slo::{SloReport, SloRow};
 use std::fmt::Write as _;
 
 /// Alignment of a column.
@@ -67,6 +70,18 @@ fn burn(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
 
+/// The DATA cell: `complete` or `incomplete N`, then the activations no deadline judged, per
+/// cause.
+fn data(row: &SloRow) -> String {
+    let mut text = row
+        .incomplete
+        .map_or_else(|| "complete".to_owned(), |n| format!("incomplete {n}"));
+    for (n, cause) in row.activations_not_judged.iter().flat_map(|n| n.causes()) {
+        let _ = write!(text, "; {n:.0} activations not judged ({cause})");
+    }
+    text
+}
+
 /// The SLO table: one line per SLO and (class, site, model, version).
 pub fn render_slo_text(report: &SloReport) -> String {
     let mut out = format!("SLOs at {} (event time)\n", report.evaluated_at);
@@ -87,6 +102,7 @@ pub fn render_slo_text(report: &SloReport) -> String {
         ("VERSION", Align::Left),
         ("TARGET", Align::Right),
         ("PERIOD", Align::Right),
+        ("SEMANTICS", Align::Left),
         ("COMPLIANCE", Align::Right),
         ("BUDGET LEFT", Align::Right),
         ("DATA", Align::Left),
@@ -105,10 +121,10 @@ pub fn render_slo_text(report: &SloReport) -> String {
                 or_dash(&r.group.model_version),
                 format!("{}%", r.objective_percent),
                 r.period.clone(),
+                r.semantics.map_or("-", |s| s.describe()).to_owned(),
                 percent(r.compliance, 4),
                 percent(r.budget_remaining, 1),
-                r.incomplete
-                    .map_or_else(|| "complete".to_owned(), |n| format!("incomplete {n}")),
+                data(r),
             ];
             row.extend(
                 r.burn_rates

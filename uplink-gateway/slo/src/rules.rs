@@ -4,8 +4,13 @@
 //!
 //! Shape, per SLO (one rule group `slo-<name>`), grouped by [`crate::names::GROUP_LABELS`]:
 //! - `slo:sli_error:increase<w>` and `slo:sli_total:increase<w>`: `sum by (…) (increase(…[w]))`,
-//!   totals rather than ratios, so further aggregation stays a ratio of sums.
-//! - `slo:sli_error:ratio_rate<w>` = error total / total, for every alert window and the period.
+//!   totals rather than ratios, so further aggregation stays a ratio of sums. A deadline SLO has
+//!   one pair per semantics that measures bad events, labelled `semantics`; each leaves out the
+//!   groups an earlier semantics holds in the window (`unless`), as a report's row takes the
+//!   first semantics that feeds it, so no recorded series mixes two meanings of a miss. A
+//!   semantics that measures none (an ABI 1 probe) records nothing: no ratio, no alert.
+//! - `slo:sli_error:ratio_rate<w>` = error total / total, for every alert window and the period
+//!   (per semantics: `/` pairs series with the same labels).
 //! - `slo:objective:ratio` and `slo:period_error_budget_remaining:ratio`.
 //! - `SloErrorBudgetBurn<long><short>`: both ratios above `factor × budget`, no `for` delay.
 //!
@@ -21,7 +26,7 @@
 //! - Label values in selectors are escaped for PromQL strings and, in regex matchers, for RE2.
 
 use crate::calendar::format_duration;
-use crate::catalog::{Bad, Catalog, Selector, Slo};
+use crate::catalog::{Bad, Catalog, Selector, Semantics, Slo};
 use crate::names::GROUP_LABELS;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -30,7 +35,7 @@ enum Rule {
     Record {
         record: String,
         expr: String,
-        slo: String,
+        labels: Vec<(&'static str, String)>,
     },
     Alert {
         alert: String,
@@ -63,11 +68,17 @@ pub fn render_rules(catalog: &Catalog) -> String {
 
 fn emit_rule(out: &mut String, rule: &Rule) {
     match rule {
-        Rule::Record { record, expr, slo } => {
+        Rule::Record {
+            record,
+            expr,
+            labels,
+        } => {
             let _ = writeln!(out, "      - record: {}", quote(record));
             let _ = writeln!(out, "        expr: {}", quote(expr));
             out.push_str("        labels:\n");
-            let _ = writeln!(out, "          slo: {}", quote(slo));
+            for (k, v) in labels {
+                let _ = writeln!(out, "          {k}: {}", quote(v));
+            }
         }
         Rule::Alert {
             alert,
@@ -155,39 +166,70 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
     let name = &slo.name;
     let matcher = format!("{{slo={}}}", promql_string(name));
     let budget = number(slo.budget());
-    let total_sel = slo.sli.total();
-    let bad = slo.sli.bad();
+    let computations = slo.sli.computations();
     let mut lengths: BTreeSet<i64> = BTreeSet::from([slo.period_ms]);
     for w in &catalog.alert_windows {
         lengths.extend([w.long_ms, w.short_ms]);
     }
 
-    let record = |record: String, expr: String| Rule::Record {
-        record,
-        expr,
-        slo: name.clone(),
+    let record = |record: String, expr: String, semantics: Option<Semantics>| {
+        let mut labels = vec![("slo", name.clone())];
+        labels.extend(semantics.map(|s| ("semantics", s.id().to_owned())));
+        Rule::Record {
+            record,
+            expr,
+            labels,
+        }
     };
     let mut rules = Vec::new();
     for len in lengths {
         let w = format_duration(len);
-        let total = sum_increase(&total_sel, &w);
-        // `or 0 * total` keeps groups whose bad (or good) counter has no series yet.
-        let errors = match &bad {
-            Bad::Counter(sel) => format!("{} or 0 * {total}", sum_increase(sel, &w)),
-            Bad::TotalMinusGood(sel) => {
-                format!("{total} - ({} or 0 * {total})", sum_increase(sel, &w))
-            }
-        };
-        rules.push(record(format!("slo:sli_error:increase{w}"), errors));
-        rules.push(record(format!("slo:sli_total:increase{w}"), total));
+        for (i, c) in computations.iter().enumerate() {
+            // A computation that measures no bad events (an ABI 1 probe) records nothing: no
+            // ratio, so no alert.
+            let Some(bad) = &c.bad else { continue };
+            // A group an earlier computation holds in this window is that one's, as a report's
+            // row takes the first computation that holds its group.
+            let earlier: Vec<String> = computations[..i]
+                .iter()
+                .map(|e| sum_increase(&e.total, &w))
+                .collect();
+            let only_ours = |expr: String| {
+                if earlier.is_empty() {
+                    expr
+                } else {
+                    format!("({expr} unless ({}))", earlier.join(" or "))
+                }
+            };
+            let total = only_ours(sum_increase(&c.total, &w));
+            let counted = only_ours(sum_increase(bad.selector(), &w));
+            // `or 0 * total` keeps groups whose bad (or good) counter has no series yet.
+            let errors = match bad {
+                Bad::Counter(_) => format!("{counted} or 0 * {total}"),
+                Bad::TotalMinusGood(_) => format!("{total} - ({counted} or 0 * {total})"),
+            };
+            rules.push(record(
+                format!("slo:sli_error:increase{w}"),
+                errors,
+                c.semantics,
+            ));
+            rules.push(record(
+                format!("slo:sli_total:increase{w}"),
+                total,
+                c.semantics,
+            ));
+        }
+        // One ratio for every computation: `/` pairs the series of the same semantics.
         rules.push(record(
             format!("slo:sli_error:ratio_rate{w}"),
             format!("slo:sli_error:increase{w}{matcher} / slo:sli_total:increase{w}{matcher}"),
+            None,
         ));
     }
     rules.push(record(
         "slo:objective:ratio".to_owned(),
         format!("vector({})", number(slo.objective)),
+        None,
     ));
     rules.push(record(
         "slo:period_error_budget_remaining:ratio".to_owned(),
@@ -195,7 +237,13 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
             "1 - slo:sli_error:ratio_rate{}{matcher} / {budget}",
             format_duration(slo.period_ms)
         ),
+        None,
     ));
+    let semantics_note = if computations.iter().any(|c| c.semantics.is_some()) {
+        " Semantics {{ $labels.semantics }}."
+    } else {
+        ""
+    };
 
     for w in &catalog.alert_windows {
         let (long, short) = (format_duration(w.long_ms), format_duration(w.short_ms));
@@ -225,7 +273,7 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
                     format!(
                         "{}. Objective {}% over {}; at this rate {}% of the period's budget goes in {long}. \
                          Class {{{{ $labels.machine_class }}}}, site {{{{ $labels.site }}}}, \
-                         model {{{{ $labels.model }}}} {{{{ $labels.model_version }}}}.",
+                         model {{{{ $labels.model }}}} {{{{ $labels.model_version }}}}.{semantics_note}",
                         if slo.description.is_empty() { name } else { &slo.description },
                         number(slo.objective_percent),
                         format_duration(slo.period_ms),
@@ -277,10 +325,28 @@ mod tests {
             "- alert: \"SloErrorBudgetBurn1h5m\"",
             "- alert: \"SloErrorBudgetBurn3d6h\"",
             "(14.4 * 0.0001)",
-            "sum by (machine_class, site, model, model_version) (increase(edge_control_deadline_missed_total{loop=\\\"safety\\\"}[5m]))",
+            "sum by (machine_class, site, model, model_version) (increase(edge_control_activations_missed_total{loop=\\\"safety\\\"}[5m]))",
+            "semantics: \"completion\"",
+            "semantics: \"legacy_agent\"",
         ] {
             assert!(yaml.contains(needle), "missing {needle}");
         }
         assert_eq!(yaml, render_rules(&Catalog::default()));
+    }
+
+    #[test]
+    fn the_legacy_computation_leaves_out_groups_that_completion_or_an_abi_1_probe_feeds() {
+        let yaml = render_rules(&Catalog::default());
+        let by = "sum by (machine_class, site, model, model_version)";
+        let legacy_total = format!(
+            "({by} (increase(edge_control_cycles_total{{loop=\\\"safety\\\"}}[1h])) unless \
+             ({by} (increase(edge_control_activations_total{{loop=\\\"safety\\\"}}[1h])) or \
+             {by} (increase(edge_control_legacy_probe_activations_total{{loop=\\\"safety\\\"}}[1h]))))"
+        );
+        assert!(yaml.contains(&legacy_total), "{yaml}");
+        // The probe's own activations give no ratio of their own.
+        assert!(!yaml.contains(
+            "expr: \"sum by (machine_class, site, model, model_version) (increase(edge_control_legacy_probe"
+        ));
     }
 }

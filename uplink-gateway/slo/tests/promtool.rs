@@ -1,6 +1,8 @@
 //! The generated rules, checked and unit-tested by the real `promtool` (Debian's `prometheus`
 //! package): `check rules` accepts them, and `test rules` shows the 1h/5m page alert firing for a
-//! fast burn and silent for a slow one.
+//! fast burn of deadline misses and silent for a slow one, firing on the legacy computation for
+//! an agent from before deadlines and saying so, and silent for overruns that met their
+//! deadline and for a probe that measures no deadline.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 use edgewatch_slo::catalog::{LoopsSli, RawCatalog, RawSli};
@@ -59,18 +61,107 @@ fn series(metric: &str, loop_name: &str, values: &str) -> String {
     )
 }
 
-fn alert_labels() -> String {
-    "              severity: page\n              slo: safety-control\n              long_window: 1h\n              short_window: 5m\n              machine_class: haul\n              site: pit-a\n              model: det\n              model_version: \"1.0\"\n".to_owned()
+fn alert_labels(semantics: &str) -> String {
+    format!(
+        "              severity: page\n              slo: safety-control\n              long_window: 1h\n              short_window: 5m\n              machine_class: haul\n              site: pit-a\n              model: det\n              model_version: \"1.0\"\n              semantics: {semantics}\n"
+    )
 }
 
-/// A promtool unit-test file. Arithmetic of the two scenarios (25 Hz loop → 1500 cycles/min):
-/// - fast burn: 15 misses/min → error ratio 15/1500 = 1 % → burn 0.01 / 0.0001 = 100 > 14.4 over
-///   both 1h and 5m: the page fires at 60m.
-/// - slow burn: 1 miss per 2000 cycles → 0.05 % → burn 5 < 14.4: no 1h/5m page (nor 6h/30m, 6).
-///   A loop named `safetyXmain` burns hard beside it: it must not match `safety.main`.
+/// The 1h/5m page at 60m, with its labels and annotations, for rows of `semantics`.
+fn page_fires(t: &mut String, semantics: &str) {
+    t.push_str("    alert_rule_test:\n");
+    t.push_str(
+        "      - eval_time: 60m\n        alertname: SloErrorBudgetBurn1h5m\n        exp_alerts:\n",
+    );
+    t.push_str("          - exp_labels:\n");
+    t.push_str(&alert_labels(semantics));
+    t.push_str(&format!(
+        "            exp_annotations:\n              summary: \"safety-control: error budget burning 14.4x over 1h and 5m\"\n              description: \"Safety-relevant on-machine AI function: control steps within their deadline. Objective 99.99% over 30d; at this rate 2% of the period's budget goes in 1h. Class haul, site pit-a, model det 1.0. Semantics {semantics}.\"\n"
+    ));
+}
+
+/// No page and no 6h/30m page at 60m.
+fn no_page(t: &mut String) {
+    t.push_str("    alert_rule_test:\n");
+    for alert in ["SloErrorBudgetBurn1h5m", "SloErrorBudgetBurn6h30m"] {
+        t.push_str(&format!(
+            "      - eval_time: 60m\n        alertname: {alert}\n        exp_alerts: []\n"
+        ));
+    }
+}
+
+/// `expr` at 60m: one sample per `(semantics, value)`, none for an empty list.
+fn recorded(t: &mut String, expr: &str, samples: &[(&str, &str)]) {
+    t.push_str(&format!(
+        "      - expr: {expr}\n        eval_time: 60m\n        exp_samples:{}\n",
+        if samples.is_empty() { " []" } else { "" }
+    ));
+    for (semantics, value) in samples {
+        t.push_str(&format!(
+            "          - labels: '{expr}{{slo=\"safety-control\",machine_class=\"haul\",site=\"pit-a\",model=\"det\",model_version=\"1.0\",semantics=\"{semantics}\"}}'\n            value: {value}\n"
+        ));
+    }
+}
+
+/// A promtool unit-test file. Arithmetic of the scenarios (25 Hz loop → 1500 activations/min):
+/// - fast burn: 15 deadline misses/min → error ratio 15/1500 = 1 % → burn 0.01 / 0.0001 = 100 >
+///   14.4 over both 1h and 5m: the page fires at 60m.
+/// - slow burn: 1 miss per 2000 activations → 0.05 % → burn 5 < 14.4: no 1h/5m page (nor
+///   6h/30m, 6). A loop named `safetyXmain` burns hard beside it: it must not match
+///   `safety.main`.
+/// - an agent from before deadlines, 15 overruns/min sent as misses: the legacy computation
+///   burns at 100 and pages, saying so in its `semantics` label.
+/// - overruns meeting their deadline: the same 15 overruns/min beside 1500 activations without
+///   a deadline miss: the group counts by completion only, and nothing fires.
+/// - an ABI 1 probe: its activations beside the overruns: not measured, so no ratio and no page.
 fn test_file() -> String {
     let mut t = String::from("rule_files:\n  - rules.yml\nevaluation_interval: 1m\ntests:\n");
     t.push_str("  - name: fast burn\n    interval: 1m\n    input_series:\n");
+    t.push_str(&series(
+        "edge_control_activations_total",
+        "safety.main",
+        "0+1500x120",
+    ));
+    t.push_str(&series(
+        "edge_control_activations_missed_total",
+        "safety.main",
+        "0+15x120",
+    ));
+    page_fires(&mut t, "completion");
+    // Totals are recorded, not ratios: 5 min × 1500 = 7500 activations, 75 misses, ratio 0.01.
+    t.push_str("    promql_expr_test:\n");
+    for (expr, value) in [
+        ("slo:sli_total:increase5m", "7500"),
+        ("slo:sli_error:increase5m", "75"),
+        ("slo:sli_error:ratio_rate5m", "0.01"),
+    ] {
+        recorded(&mut t, expr, &[("completion", value)]);
+    }
+
+    t.push_str("  - name: slow burn\n    interval: 1m\n    input_series:\n");
+    t.push_str(&series(
+        "edge_control_activations_total",
+        "safety.main",
+        "0+2000x120",
+    ));
+    t.push_str(&series(
+        "edge_control_activations_missed_total",
+        "safety.main",
+        "0+1x120",
+    ));
+    t.push_str(&series(
+        "edge_control_activations_total",
+        "safetyXmain",
+        "0+1500x120",
+    ));
+    t.push_str(&series(
+        "edge_control_activations_missed_total",
+        "safetyXmain",
+        "0+1500x120",
+    ));
+    no_page(&mut t);
+
+    t.push_str("  - name: agent before deadlines\n    interval: 1m\n    input_series:\n");
     t.push_str(&series(
         "edge_control_cycles_total",
         "safety.main",
@@ -81,53 +172,58 @@ fn test_file() -> String {
         "safety.main",
         "0+15x120",
     ));
-    t.push_str("    alert_rule_test:\n");
-    t.push_str(
-        "      - eval_time: 60m\n        alertname: SloErrorBudgetBurn1h5m\n        exp_alerts:\n",
-    );
-    t.push_str("          - exp_labels:\n");
-    t.push_str(&alert_labels());
-    t.push_str(
-        "            exp_annotations:\n              summary: \"safety-control: error budget burning 14.4x over 1h and 5m\"\n              description: \"Safety-relevant on-machine AI function: control steps within their deadline. Objective 99.99% over 30d; at this rate 2% of the period's budget goes in 1h. Class haul, site pit-a, model det 1.0.\"\n",
-    );
-    // Totals are recorded, not ratios: 5 min × 1500 = 7500 cycles, 75 misses, ratio 0.01.
+    page_fires(&mut t, "legacy_agent");
     t.push_str("    promql_expr_test:\n");
-    for (expr, value) in [
-        ("slo:sli_total:increase5m", "7500"),
-        ("slo:sli_error:increase5m", "75"),
-        ("slo:sli_error:ratio_rate5m", "0.01"),
-    ] {
-        t.push_str(&format!(
-            "      - expr: {expr}\n        eval_time: 60m\n        exp_samples:\n          - labels: '{expr}{{slo=\"safety-control\",machine_class=\"haul\",site=\"pit-a\",model=\"det\",model_version=\"1.0\"}}'\n            value: {value}\n"
-        ));
-    }
-    t.push_str("  - name: slow burn\n    interval: 1m\n    input_series:\n");
+    recorded(
+        &mut t,
+        "slo:sli_error:ratio_rate5m",
+        &[("legacy_agent", "0.01")],
+    );
+
+    t.push_str("  - name: overruns meeting their deadline\n    interval: 1m\n    input_series:\n");
     t.push_str(&series(
-        "edge_control_cycles_total",
+        "edge_control_activations_total",
         "safety.main",
-        "0+2000x120",
+        "0+1500x120",
     ));
     t.push_str(&series(
-        "edge_control_deadline_missed_total",
+        "edge_control_activations_missed_total",
         "safety.main",
-        "0+1x120",
+        "0+0x120",
     ));
     t.push_str(&series(
         "edge_control_cycles_total",
-        "safetyXmain",
+        "safety.main",
         "0+1500x120",
     ));
     t.push_str(&series(
         "edge_control_deadline_missed_total",
-        "safetyXmain",
+        "safety.main",
+        "0+15x120",
+    ));
+    no_page(&mut t);
+    t.push_str("    promql_expr_test:\n");
+    recorded(&mut t, "slo:sli_error:ratio_rate5m", &[("completion", "0")]);
+
+    t.push_str("  - name: ABI 1 probe\n    interval: 1m\n    input_series:\n");
+    t.push_str(&series(
+        "edge_control_legacy_probe_activations_total",
+        "safety.main",
         "0+1500x120",
     ));
-    t.push_str("    alert_rule_test:\n");
-    for alert in ["SloErrorBudgetBurn1h5m", "SloErrorBudgetBurn6h30m"] {
-        t.push_str(&format!(
-            "      - eval_time: 60m\n        alertname: {alert}\n        exp_alerts: []\n"
-        ));
-    }
+    t.push_str(&series(
+        "edge_control_cycles_total",
+        "safety.main",
+        "0+1500x120",
+    ));
+    t.push_str(&series(
+        "edge_control_deadline_missed_total",
+        "safety.main",
+        "0+15x120",
+    ));
+    no_page(&mut t);
+    t.push_str("    promql_expr_test:\n");
+    recorded(&mut t, "slo:sli_error:ratio_rate5m", &[]);
     t
 }
 

@@ -24,17 +24,17 @@ fn labels(metric: &str, extra: (&str, &str)) -> Labels {
     .collect()
 }
 
-/// One hour of the `safety` loop at 7500 cycles and 15 misses per 5 min (15 / 7500 = 0.2 % →
-/// burn 0.002 / 0.0001 = 20 at 99.99 %), one hour autonomous, 3.6e6 J.
+/// One hour of the `safety` loop at 7500 activations and 15 deadline misses per 5 min
+/// (15 / 7500 = 0.2 % → burn 0.002 / 0.0001 = 20 at 99.99 %), one hour autonomous, 3.6e6 J.
 fn data(t0: i64) -> SeriesSet {
     let mut set = SeriesSet::new();
     let steps = 0..=12i64;
     set.add(
-        labels("edge_control_cycles_total", ("loop", "safety")),
+        labels("edge_control_activations_total", ("loop", "safety")),
         steps.clone().map(|k| (t0 + k * STEP, (7500 * k) as f64)),
     );
     set.add(
-        labels("edge_control_deadline_missed_total", ("loop", "safety")),
+        labels("edge_control_activations_missed_total", ("loop", "safety")),
         steps.clone().map(|k| (t0 + k * STEP, (15 * k) as f64)),
     );
     set.add(
@@ -62,6 +62,7 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         "MODEL",
         "VERSION",
         "TARGET",
+        "SEMANTICS",
         "COMPLIANCE",
         "BUDGET LEFT",
         "DATA",
@@ -90,6 +91,7 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         "1.0",
         "99.99%",
         "30d",
+        " completion ",
         "99.8000%",
         "-1900.0%",
         "complete",
@@ -112,6 +114,13 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         throttle.ends_with(" ok") && !throttle.contains("page"),
         "{throttle}"
     );
+    // An SLO without deadline semantics says none.
+    let semantics_col = lines[1].find("SEMANTICS").unwrap();
+    assert_eq!(
+        &throttle[semantics_col..semantics_col + 2],
+        "- ",
+        "{throttle}"
+    );
     assert_eq!(lines.len(), 4, "{text}");
     // Columns line up: every row is as wide as its content needs, the header included.
     let policy_col = lines[1].find("POLICY").unwrap();
@@ -120,6 +129,8 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
     let json: serde_json::Value = serde_json::to_value(&report).unwrap();
     let row = &json["rows"][0];
     assert_eq!(row["slo"], "safety-control");
+    assert_eq!(row["semantics"], "completion");
+    assert!(row["activations_not_judged"].is_null());
     assert_eq!(row["machine_class"], "haul");
     assert_eq!(row["burn_rates"][0]["window"], "1h/5m");
     assert_eq!(row["burn_rates"][0]["firing"], true);
@@ -132,7 +143,78 @@ fn the_slo_table_shows_target_compliance_budget_burn_alerts_and_policy() {
         .unwrap();
     assert_eq!(throttle_row["compliance"], 1.0);
     assert!(throttle_row["burn_rates"][0]["short"].is_number());
+    assert!(throttle_row["semantics"].is_null());
     assert!(row["incomplete"].is_null());
+}
+
+#[test]
+fn deadline_rows_say_what_judged_their_activations_and_a_probe_without_deadlines_shows_no_number() {
+    let t0 = parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+    let mut set = SeriesSet::new();
+    let hour = |set: &mut SeriesSet, metric: &str, version: &str, per_step: i64| {
+        let mut l = labels(metric, ("loop", "safety"));
+        l.insert("model_version".into(), version.into());
+        set.add(
+            l,
+            (0..=12i64).map(|k| (t0 + k * STEP, (per_step * k) as f64)),
+        );
+    };
+    // 1.0: an ABI 1 probe with overruns. 2.0: an agent from before deadline semantics.
+    hour(
+        &mut set,
+        "edge_control_legacy_probe_activations_total",
+        "1.0",
+        7500,
+    );
+    hour(&mut set, "edge_control_cycles_total", "1.0", 7500);
+    hour(&mut set, "edge_control_deadline_missed_total", "1.0", 15);
+    hour(
+        &mut set,
+        "edge_control_legacy_agent_activations_total",
+        "2.0",
+        7500,
+    );
+    hour(&mut set, "edge_control_cycles_total", "2.0", 7500);
+    hour(&mut set, "edge_control_deadline_missed_total", "2.0", 15);
+    let report = evaluate(&Catalog::default(), &set, t0 + 12 * STEP);
+    let text = render_slo_text(&report);
+    let line = |version: &str| {
+        text.lines()
+            .find(|l| l.starts_with("safety-control") && l.contains(&format!(" {version} ")))
+            .unwrap_or_else(|| panic!("no line for {version}:\n{text}"))
+    };
+    let probe = line("1.0");
+    for cell in [
+        "not measured (probe ABI 1)",
+        "complete; 90000 activations not judged (probe ABI 1)",
+        "-/-",
+    ] {
+        assert!(probe.contains(cell), "{cell} missing in {probe}");
+    }
+    assert!(!probe.contains("100.0000%"), "{probe}");
+    assert!(
+        probe.ends_with(" -"),
+        "no policy for what is not measured: {probe}"
+    );
+    // The legacy computation, said so: 15 overruns in 7500 steps, as reports computed it before.
+    let legacy = line("2.0");
+    for cell in [
+        "legacy (overruns, agent before deadlines)",
+        "99.8000%",
+        "complete; 90000 activations not judged (agent before deadlines)",
+        "page 1h/5m",
+    ] {
+        assert!(legacy.contains(cell), "{cell} missing in {legacy}");
+    }
+    let json = serde_json::to_value(&report).unwrap();
+    let probe_row = &json["rows"][0];
+    assert_eq!(probe_row["semantics"], "legacy_probe");
+    assert!(probe_row["bad_events"].is_null() && probe_row["compliance"].is_null());
+    assert_eq!(
+        probe_row["activations_not_judged"],
+        serde_json::json!({ "legacy_agent": 0.0, "legacy_probe": 90000.0 })
+    );
+    assert_eq!(json["rows"][1]["semantics"], "legacy_agent");
 }
 
 /// Refusals of `series` (a metric name) on model version `version` of the `loop_name` loop: one

@@ -99,11 +99,11 @@ fn partition() -> Partition {
 
 fn add(set: &mut SeriesSet, samples: &[(i64, f64, f64)]) {
     set.add(
-        m1("edge_control_cycles_total", "safety"),
+        m1("edge_control_activations_total", "safety"),
         samples.iter().map(|(t, c, _)| (*t, *c)),
     );
     set.add(
-        m1("edge_control_deadline_missed_total", "safety"),
+        m1("edge_control_activations_missed_total", "safety"),
         samples.iter().map(|(t, _, m)| (*t, *m)),
     );
 }
@@ -119,7 +119,7 @@ fn during_the_partition_only_the_data_before_it_counts_and_short_windows_have_no
     // Period: first sample (0 h) is the base; k = 1..=288 count: 288 · 7500 = 2,160,000 cycles,
     // 288 misses. Ratio 288 / 2,160,000 = 1/7500.
     assert_eq!(row.total_events, 2_160_000.0);
-    assert_eq!(row.bad_events, 288.0);
+    assert_eq!(row.bad_events, Some(288.0));
     assert_close(row.compliance, 1.0 - 1.0 / 7500.0, "compliance");
     // Budget remaining = 1 − (1/7500) / 0.001 = 1 − 0.1333… = 0.8666…
     assert_close(row.budget_remaining, 1.0 - 1.0 / 7.5, "budget");
@@ -149,7 +149,7 @@ fn late_data_after_a_partition_changes_period_compliance_but_not_recent_burn_rat
     // 24 h one, a restart: +7500 cycles, +1 miss; then 144 steps to 48 h: +1,080,000, +144.
     // 3,247,500 cycles, 433 misses: ratio 433 / 3,247,500 = 1/7500.
     assert_eq!(row.total_events, 3_247_500.0);
-    assert_eq!(row.bad_events, 433.0);
+    assert_eq!(row.bad_events, Some(433.0));
     assert_close(
         row.compliance,
         1.0 - 1.0 / 7500.0,
@@ -174,7 +174,7 @@ fn late_data_after_a_partition_changes_period_compliance_but_not_recent_burn_rat
     // Period: 431 steps to 35 h 55 m (3,232,500 cycles, 431 + 900 = 1331 misses), the restart at
     // 36 h (+7500, +1), 144 steps to 48 h (+1,080,000, +144): 4,320,000 cycles, 1476 misses.
     assert_eq!(row.total_events, 4_320_000.0);
-    assert_eq!(row.bad_events, 1476.0);
+    assert_eq!(row.bad_events, Some(1476.0));
     // Ratio 1476 / 4,320,000 = 0.000341666…; compliance 0.999658333…;
     // budget remaining 1 − 0.341666… = 0.658333…
     let ratio = 1476.0 / 4_320_000.0;
@@ -217,11 +217,20 @@ fn burning(last_hour_misses: i64) -> SeriesSet {
         cycles.push((t0() + k * STEP, (7500 * k) as f64));
         misses.push((t0() + k * STEP, missed as f64));
     }
-    set.add(m1("edge_control_cycles_total", "safety"), cycles.clone());
-    set.add(m1("edge_control_deadline_missed_total", "safety"), misses);
-    set.add(m1("edge_control_cycles_total", "assistive"), cycles.clone());
     set.add(
-        m1("edge_control_deadline_missed_total", "assistive"),
+        m1("edge_control_activations_total", "safety"),
+        cycles.clone(),
+    );
+    set.add(
+        m1("edge_control_activations_missed_total", "safety"),
+        misses,
+    );
+    set.add(
+        m1("edge_control_activations_total", "assistive"),
+        cycles.clone(),
+    );
+    set.add(
+        m1("edge_control_activations_missed_total", "assistive"),
         cycles.clone(),
     );
     let m2 = |metric: &str| {
@@ -230,9 +239,9 @@ fn burning(last_hour_misses: i64) -> SeriesSet {
         l.insert("site".into(), "pit-b".into());
         l
     };
-    set.add(m2("edge_control_cycles_total"), cycles.clone());
+    set.add(m2("edge_control_activations_total"), cycles.clone());
     set.add(
-        m2("edge_control_deadline_missed_total"),
+        m2("edge_control_activations_missed_total"),
         cycles.iter().map(|(t, _)| (*t, 0.0)),
     );
     set
@@ -387,7 +396,10 @@ fn freshness_and_throttled_time_follow_their_own_counters() {
     // GPU throttled 36 s of 3000 + 600 = 3600 machine seconds → 1 %; cpu is not selected.
     // Objective 99 %: compliance 0.99, budget 0.01 fully spent → 0 left → exhausted.
     let throttle = find("gpu-throttled-time", "pit-a");
-    assert_eq!((throttle.total_events, throttle.bad_events), (3600.0, 36.0));
+    assert_eq!(
+        (throttle.total_events, throttle.bad_events),
+        (3600.0, Some(36.0))
+    );
     assert_close(throttle.compliance, 0.99, "throttle");
     assert_close(throttle.budget_remaining, 0.0, "throttle budget");
 }
@@ -397,16 +409,20 @@ fn required_series_cover_the_period_plus_the_base_lookback_for_each_metric() {
     let needs = required_series(&Catalog::default(), t0());
     let find = |m: &str| needs.iter().find(|n| n.metric == m).unwrap();
     // 30 d + 10 m = 43,210 min.
-    let cycles = find("edge_control_cycles_total");
-    assert_eq!(cycles.range_ms, 30 * 24 * HOUR + 10 * MIN);
-    assert_eq!(cycles.end_ms, t0());
-    assert_eq!(cycles.promql(), "edge_control_cycles_total[43210m]");
+    let activations = find("edge_control_activations_total");
+    assert_eq!(activations.range_ms, 30 * 24 * HOUR + 10 * MIN);
+    assert_eq!(activations.end_ms, t0());
+    assert_eq!(
+        activations.promql(),
+        "edge_control_activations_total[43210m]"
+    );
     assert_eq!(
         needs.len(),
-        7,
-        "cycles, misses, refusals, received, fresh, autonomy, throttle"
+        11,
+        "activations, their misses, ABI 1 probe activations, cycles, misses, older agents' \
+         activations, refusals, received, fresh, autonomy, throttle"
     );
-    assert!(needs.iter().all(|n| n.range_ms == cycles.range_ms));
+    assert!(needs.iter().all(|n| n.range_ms == activations.range_ms));
 }
 
 #[test]
@@ -465,4 +481,131 @@ fn series_added_one_at_a_time_in_any_order_give_the_same_report() {
         evaluation.add(s);
     }
     assert_eq!(evaluation.finish(), evaluate(&catalog, &set, now));
+}
+
+/// One hour of 5 min steps of `metric` for machine `machine` at `site`, loop `safety`, growing
+/// by `per_step`.
+fn hour_of(set: &mut SeriesSet, metric: &str, machine: &str, site: &str, per_step: i64) {
+    let mut l = m1(metric, "safety");
+    l.insert("machine_id".into(), machine.into());
+    l.insert("site".into(), site.into());
+    set.add(
+        l,
+        (0..=12i64).map(|k| (t0() + k * STEP, (per_step * k) as f64)),
+    );
+}
+
+#[test]
+fn a_deadline_row_is_computed_by_one_semantics_and_counts_what_no_deadline_judged() {
+    use edgewatch_slo::catalog::Semantics;
+    let mut set = SeriesSet::new();
+    // pit-a: an upgraded machine (completion: 7500 activations, 3 deadline misses per step;
+    // overruns, 40 per step, only in the old fields) beside one still on an older agent.
+    hour_of(
+        &mut set,
+        "edge_control_activations_total",
+        "m1",
+        "pit-a",
+        7500,
+    );
+    hour_of(
+        &mut set,
+        "edge_control_activations_missed_total",
+        "m1",
+        "pit-a",
+        3,
+    );
+    hour_of(&mut set, "edge_control_cycles_total", "m1", "pit-a", 7500);
+    hour_of(
+        &mut set,
+        "edge_control_deadline_missed_total",
+        "m1",
+        "pit-a",
+        40,
+    );
+    hour_of(&mut set, "edge_control_cycles_total", "m2", "pit-a", 7500);
+    hour_of(
+        &mut set,
+        "edge_control_deadline_missed_total",
+        "m2",
+        "pit-a",
+        40,
+    );
+    hour_of(
+        &mut set,
+        "edge_control_legacy_agent_activations_total",
+        "m2",
+        "pit-a",
+        7501,
+    );
+    // pit-b: an ABI 1 probe, whose overruns are known and deadline misses are not.
+    hour_of(
+        &mut set,
+        "edge_control_legacy_probe_activations_total",
+        "m3",
+        "pit-b",
+        7500,
+    );
+    hour_of(&mut set, "edge_control_cycles_total", "m3", "pit-b", 7500);
+    hour_of(
+        &mut set,
+        "edge_control_deadline_missed_total",
+        "m3",
+        "pit-b",
+        40,
+    );
+    // pit-c: an older agent's counters stored before the gateway wrote its activations.
+    hour_of(&mut set, "edge_control_cycles_total", "m4", "pit-c", 7500);
+    hour_of(
+        &mut set,
+        "edge_control_deadline_missed_total",
+        "m4",
+        "pit-c",
+        1,
+    );
+    let catalog = catalog();
+    let now = t0() + HOUR;
+    let report = evaluate(&catalog, &set, now);
+    let row = |site: &str| report.rows.iter().find(|r| r.group.site == site).unwrap();
+
+    // The upgraded machine's deadline misses only: 36 of 90,000; its overruns and the older
+    // agent's counters are in no number, and the older agent's activations are counted apart.
+    let a = row("pit-a");
+    assert_eq!(a.semantics, Some(Semantics::Completion));
+    assert_eq!((a.total_events, a.bad_events), (90_000.0, Some(36.0)));
+    assert_close(a.compliance, 1.0 - 36.0 / 90_000.0, "completion");
+    let not_judged = a.activations_not_judged.unwrap();
+    assert_eq!(
+        (not_judged.legacy_agent, not_judged.legacy_probe),
+        (90_012.0, 0.0)
+    );
+
+    // Not measured: no compliance, budget, burn rate, alert or policy, however many overruns.
+    let b = row("pit-b");
+    assert_eq!(b.semantics, Some(Semantics::LegacyProbe));
+    assert_eq!((b.total_events, b.bad_events), (90_000.0, None));
+    assert_eq!((b.compliance, b.budget_remaining), (None, None));
+    assert!(
+        b.burn_rates
+            .iter()
+            .all(|r| r.long.is_none() && r.short.is_none() && !r.firing)
+    );
+    assert!(b.alerts_firing.is_empty() && b.policy_actions.is_empty());
+    assert_eq!(b.policy_outcome(), "-");
+    assert_eq!(b.activations_not_judged.unwrap().legacy_probe, 90_000.0);
+
+    // Nothing but the old fields: the legacy computation, (cycles − misses) / cycles.
+    let c = row("pit-c");
+    assert_eq!(c.semantics, Some(Semantics::LegacyAgent));
+    assert_eq!((c.total_events, c.bad_events), (90_000.0, Some(12.0)));
+    assert_close(c.compliance, 1.0 - 12.0 / 90_000.0, "legacy");
+    assert!(c.activations_not_judged.is_none());
+
+    // One series at a time, in any order, gives the same rows.
+    let mut evaluation = Evaluation::new(&catalog, now);
+    let all: Vec<_> = set.iter().collect();
+    for s in all.iter().rev() {
+        evaluation.add(s);
+    }
+    assert_eq!(evaluation.finish(), report);
 }
