@@ -15,6 +15,7 @@
 
 pub mod codec;
 pub mod counting;
+pub mod rate;
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
