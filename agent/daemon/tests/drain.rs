@@ -238,8 +238,11 @@ fn a_link_cut_under_a_bandwidth_cap_delays_a_ten_megabyte_backlog_only_by_the_re
 }
 
 /// Mosquitto's `message_size_limit` answers a larger publish with PUBACK 0x95, which rumqttc
-/// cannot decode: the connection fails with the batch in flight. The agent halves that batch,
-/// remembers the size the broker refused, and goes on.
+/// cannot decode, and closes the connection: it fails with the batch in flight. The agent halves
+/// that batch, remembers the size the broker refused, and goes on. A batch the agent wrote behind
+/// the refused one would meet the reset and hide the refusal (a bare link failure, the same
+/// batches again on the next connection): the count of connections and refusals checks it never
+/// does.
 #[test]
 fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() {
     let broker = Mosquitto::start_with(MosquittoOptions {
