@@ -27,7 +27,9 @@ use edgewatch_harness::proxy::{Fault, FaultProxy};
 use crate::files::{self, GatewaySettings, Layout};
 use crate::fleet::{Agent, AgentCounts, ControlLoop, FleetError, Gateway, GatewayCounts};
 use crate::scenario::{LOOP_BUDGET_MS, LOOP_RATE_HZ, MODEL, Plan, Role};
-use crate::summary::{DemoSummary, HeatSummary, MachineSummary, PartitionSummary, Timings};
+use crate::summary::{
+    DemoSummary, HeatSummary, MachineSummary, PartitionSummary, RestartSummary, Timings,
+};
 use crate::sysfs::{self, ThermalTree};
 
 /// How a run is set up.
@@ -438,6 +440,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
             start_unix_ms: heat_start.unwrap_or_default(),
             end_unix_ms: heat_end.unwrap_or_default(),
         },
+        restart: RestartSummary::default(),
         drained,
         gateway: gateway_counts,
         report_from,
