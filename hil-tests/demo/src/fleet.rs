@@ -148,6 +148,13 @@ pub struct AgentCounts {
     pub epoch: u64,
     /// When the queue wrote its snapshot (ms since the Unix epoch).
     pub queue_as_of_unix_ms: u64,
+    /// Appends not yet durable when the queue wrote its snapshot, all tiers.
+    pub pending: u64,
+    /// The agent has seen its control loop end (its probe's producer is dead), so the loop's
+    /// final counters are queued.
+    pub loop_ended: bool,
+    /// When the agent wrote its status file (ms since the Unix epoch).
+    pub status_as_of_unix_ms: u64,
 }
 
 impl Agent {
@@ -199,6 +206,12 @@ impl Agent {
         let uplink = &status["uplink"];
         let queue = edgewatch_queue::read_snapshot(&self.paths.queue).ok()?;
         let tiers = [queue.tiers.safety, queue.tiers.slo, queue.tiers.debug];
+        let probe = format!("probe:{LOOP_NAME}");
+        let loop_ended = status["sources"].as_array().is_some_and(|sources| {
+            sources
+                .iter()
+                .any(|s| s["name"] == probe.as_str() && s["state"] == "dead")
+        });
         Some(AgentCounts {
             connected: uplink["connected"].as_bool() == Some(true),
             disconnects: uplink["disconnects"].as_u64().unwrap_or(0),
@@ -208,6 +221,9 @@ impl Agent {
             durable_seq: tiers.map(|t| t.durable_seq),
             epoch: queue.epoch,
             queue_as_of_unix_ms: queue.as_of_unix_ms,
+            pending: tiers.iter().map(|t| t.pending).sum(),
+            loop_ended,
+            status_as_of_unix_ms: status["as_of_unix_ms"].as_u64().unwrap_or(0),
         })
     }
 }

@@ -6,7 +6,8 @@
 //! ```text
 //! files ─► build ─► broker (rumqttd) ─► proxy ─► gateway ─► agents connected ─► loops start
 //!   ─► timeline: blackhole truck-102 · heat grader-301 · heal · cool ─► loops end
-//!   ─► drain (store holds every queued sequence number) ─► stop ─► report, FOCUS ─► summary
+//!   ─► every agent saw its loop end ─► drain (store holds every sequence number queued by
+//!      then) ─► stop agents, gateway ─► report, FOCUS ─► summary
 //! ```
 //!
 //! Invariants:
@@ -14,6 +15,9 @@
 //!   files, never to the terminal.
 //! - The run fails (and says which log to read) if the gateway or an agent dies, or does not get
 //!   ready; it never reports on a fleet that did not run.
+//! - The loops stop before the agents, and the drain's targets are taken only after each agent
+//!   has seen its loop end, from a queue snapshot written later with nothing pending: so the
+//!   loop's final counters are among what the drain waits for, however late an agent polls.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -332,12 +336,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
 
     // Drain: every record queued up to now must reach the store.
     let drain = Instant::now();
-    let drained = drain_all(
-        &agents,
-        &layout.store(),
-        loops_ended_unix_ms,
-        Duration::from_secs(90),
-    )?;
+    let drained = drain_all(&agents, &layout.store(), Duration::from_secs(90))?;
     let drain_s = drain.elapsed().as_secs_f64();
     for (i, agent) in agents.iter().enumerate() {
         if let Some(counts) = agent.counts() {
@@ -542,22 +541,25 @@ pub fn progress_line(
 }
 
 /// Waits until the store holds, for every agent and tier, every sequence number the agent had
-/// queued once its loop ended (`after_unix_ms`): the final counters of the loops included.
-fn drain_all(
-    agents: &[Agent],
-    store: &Path,
-    after_unix_ms: i64,
-    timeout: Duration,
-) -> Result<bool, DemoError> {
-    // The agent needs a poll to see its loop gone and queue the final counters, and the queue
-    // rewrites its snapshot every second: take targets from a snapshot written well after.
-    let settle = u64::try_from(after_unix_ms).unwrap_or(0) + 1_500;
+/// made durable once it had seen its loop end: the loop's final counters included.
+fn drain_all(agents: &[Agent], store: &Path, timeout: Duration) -> Result<bool, DemoError> {
     let deadline = Instant::now() + timeout;
+    // Per agent: when its status file first said its loop had ended, then its drain target.
+    let mut ended: Vec<Option<u64>> = vec![None; agents.len()];
     let mut targets: Vec<Option<AgentCounts>> = vec![None; agents.len()];
     loop {
-        for (agent, target) in agents.iter().zip(targets.iter_mut()) {
-            if target.is_none() {
-                *target = agent.counts().filter(|c| c.queue_as_of_unix_ms >= settle);
+        for ((agent, ended), target) in agents.iter().zip(&mut ended).zip(&mut targets) {
+            if target.is_some() {
+                continue;
+            }
+            let Some(counts) = agent.counts() else {
+                continue;
+            };
+            if ended.is_none() && counts.loop_ended {
+                *ended = Some(counts.status_as_of_unix_ms);
+            }
+            if ended.is_some_and(|at| drain_target(at, &counts)) {
+                *target = Some(counts);
             }
         }
         if targets.iter().all(Option::is_some) {
@@ -578,6 +580,14 @@ fn drain_all(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Whether `counts` can be an agent's drain target, its status file having said at
+/// `ended_unix_ms` that its loop had ended: the agent queued the loop's final counters in the
+/// poll that saw the end, before writing that status, so a queue snapshot written later with
+/// no append pending holds them among its durable sequence numbers.
+pub fn drain_target(ended_unix_ms: u64, counts: &AgentCounts) -> bool {
+    counts.queue_as_of_unix_ms > ended_unix_ms && counts.pending == 0
 }
 
 /// True when the store's de-duplication ranges of `machine` cover `1..=durable_seq` of every tier.
@@ -664,6 +674,25 @@ mod tests {
         let mut other_epoch = stream("m", 2, vec![(1, 40)]);
         other_epoch.epoch = 8;
         assert!(!holds_all(&[other_epoch], "m", &target([0, 40, 0])));
+    }
+
+    #[test]
+    fn a_drain_target_is_a_snapshot_taken_after_the_loop_ended_with_nothing_pending() {
+        let snapshot = |as_of, pending| AgentCounts {
+            queue_as_of_unix_ms: as_of,
+            pending,
+            ..AgentCounts::default()
+        };
+        assert!(drain_target(1_000, &snapshot(1_001, 0)));
+        assert!(
+            !drain_target(1_000, &snapshot(1_000, 0)),
+            "same millisecond: maybe before"
+        );
+        assert!(!drain_target(1_000, &snapshot(999, 0)));
+        assert!(
+            !drain_target(1_000, &snapshot(2_000, 3)),
+            "appends not yet durable"
+        );
     }
 
     #[test]

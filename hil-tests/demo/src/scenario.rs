@@ -7,6 +7,12 @@
 //! - Each machine plays one role; the roles together cover overruns and fallbacks, autonomy
 //!   modes and interventions, thermal throttling, and a partition that heals.
 //! - Machines differ in class, site and model version, so the report has several rows.
+//! - Every loop parks (`mode idle`) in its last activation: its autonomous time ends at an
+//!   instant the loop and its probe share, not at the loop's exit, which no agent can see (an
+//!   agent closes a dead loop's time at its last heartbeat). So the report can equal the loop's
+//!   own tally exactly.
+//! - Nothing is scripted in the last activations but the parking: a skip or hang there would
+//!   not be seen by the probe (it counts a skip when the next cycle records).
 
 use std::time::Duration;
 
@@ -58,6 +64,12 @@ pub const ORIN_NANO_JP6: Capture = Capture {
         "../../../agent/tegrastats-parser/tests/data/orin-nano-8gb_jp6.x_l4t-r36.txt"
     ),
 };
+
+/// Activations a loop runs for `duration` at [`LOOP_RATE_HZ`]: the synthetic loop's own
+/// arithmetic for `--duration <ms>ms` (seconds times rate, rounded down).
+pub fn activations(duration: Duration) -> u64 {
+    (duration.as_millis() as f64 * 1e-3 * f64::from(LOOP_RATE_HZ)).floor() as u64
+}
 
 /// What a machine shows in the demo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -191,6 +203,16 @@ impl Plan {
             }
         }
         let throttling = vec!["mode autonomous at 0s".to_owned()];
+        // Every machine parks in its last activation (see the module's invariants).
+        let park = format!(
+            "mode idle at cycle {}",
+            activations(duration).saturating_sub(1)
+        );
+        let [overruns, partitioned, autonomy, throttling] =
+            [overruns, partitioned, autonomy, throttling].map(|mut script| {
+                script.push(park.clone());
+                script
+            });
 
         let machines = vec![
             Machine {
@@ -344,6 +366,40 @@ mod tests {
         assert!((all - (400.0 - 32.0)).abs() < 1e-6, "{all}");
         let newer = plan.planned_autonomous_seconds(Some("4.3.0"));
         assert!((newer - 68.0).abs() < 1e-6, "{newer}");
+    }
+
+    #[test]
+    fn every_loop_parks_in_its_last_activation_and_nothing_else_is_scripted_near_it() {
+        for seconds in [24, 36, 90, 3600] {
+            let plan = plan(seconds);
+            let last = activations(plan.duration) - 1;
+            assert_eq!(last, seconds * u64::from(LOOP_RATE_HZ) - 1);
+            for m in &plan.machines {
+                let (park, rules) = m.script.split_last().unwrap();
+                assert_eq!(park, &format!("mode idle at cycle {last}"), "{}", m.id);
+                // Every other rule is due more than a second before the end.
+                let latest = rules
+                    .iter()
+                    .filter_map(|rule| rule.rsplit(' ').next())
+                    .map(|when| {
+                        if let Some(ms) = when.strip_suffix("ms") {
+                            ms.parse::<u64>().unwrap() * u64::from(LOOP_RATE_HZ) / 1000
+                        } else if let Some(s) = when.strip_suffix('s') {
+                            s.parse::<u64>().unwrap() * u64::from(LOOP_RATE_HZ)
+                        } else {
+                            let end = when.rsplit("..").next().unwrap();
+                            end.parse::<u64>().unwrap()
+                        }
+                    })
+                    .max()
+                    .unwrap();
+                assert!(
+                    latest + u64::from(LOOP_RATE_HZ) < last,
+                    "{}: {rules:?}",
+                    m.id
+                );
+            }
+        }
     }
 
     #[test]
