@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! files ─► build ─► broker (rumqttd) ─► proxy ─► gateway ─► agents connected ─► loops start
-//!   ─► timeline: blackhole truck-102 · heat grader-301 · heal · cool ─► loops end
+//!   ─► timeline: blackhole truck-102 · heat grader-301 · SIGKILL truck-101's agent · heal
+//!      · start truck-101's agent again · cool ─► loops end
 //!   ─► every agent saw its loop end ─► drain (store holds every sequence number queued by
 //!      then) ─► stop agents, gateway ─► report, FOCUS ─► summary
 //! ```
@@ -14,7 +15,8 @@
 //! - Progress goes to the writer handed in, one short line at a time; process output goes to log
 //!   files, never to the terminal.
 //! - The run fails (and says which log to read) if the gateway or an agent dies, or does not get
-//!   ready; it never reports on a fleet that did not run.
+//!   ready; it never reports on a fleet that did not run. The agent the demo kills is the one
+//!   exception, while it is down.
 //! - The loops stop before the agents, and the drain's targets are taken only after each agent
 //!   has seen its loop end, from a queue snapshot written later with nothing pending: so the
 //!   loop's final counters are among what the drain waits for, however late an agent polls.
@@ -237,6 +239,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         .machines
         .iter()
         .position(|m| m.role == Role::Partitioned);
+    // The agent killed and started again: the overrunning machine's. SIGKILL, not SIGTERM: a
+    // crash hands nothing in, so what its loop did since the agent's last durable state, and
+    // while the agent is down, can only come from the probe's header when the agent is back.
+    let restarted_ix = plan.machines.iter().position(|m| m.role == Role::Overruns);
+    let restarted = restarted_ix.map_or("", |i| plan.machines[i].id);
+    let (mut killed_at, mut restarted_at) = (None, None);
     loop {
         let elapsed = run_started.elapsed();
         let stamp = format!("[{:>4}s]", elapsed.as_secs());
@@ -272,6 +280,22 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
                 "{stamp} partition healed: {partitioned} reconnects with {backlog} records queued"
             ));
         }
+        if let Some(i) = restarted_ix {
+            if killed_at.is_none() && elapsed >= plan.agent_down.start {
+                agents[i].process.kill();
+                killed_at = Some(unix_ms());
+                say(format!(
+                    "{stamp} {restarted}: agent killed (SIGKILL); its control loop keeps running"
+                ));
+            }
+            if restarted_at.is_none() && elapsed >= plan.agent_down.end {
+                restarted_at = Some(unix_ms());
+                agents[i].process.respawn()?;
+                say(format!(
+                    "{stamp} {restarted}: agent started again; it continues from what its queue kept"
+                ));
+            }
+        }
         if let Some(tree) = &thermal {
             if heat_start.is_none() && elapsed >= plan.heat.start {
                 tree.set_gpu_millicelsius(sysfs::GPU_HOT_MILLICELSIUS)
@@ -306,8 +330,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
                     &agents,
                     &latest,
                     gateway.counts(),
-                    partition_start.is_some() && partition_heal.is_none(),
-                    partitioned
+                    &Offline {
+                        partitioned: (partition_start.is_some() && partition_heal.is_none())
+                            .then_some(partitioned),
+                        agent_down: (killed_at.is_some() && restarted_at.is_none())
+                            .then_some(restarted),
+                    }
                 )
             ));
         }
@@ -439,7 +467,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
             start_unix_ms: heat_start.unwrap_or_default(),
             end_unix_ms: heat_end.unwrap_or_default(),
         },
-        restart: RestartSummary::default(),
+        restart: RestartSummary {
+            machine: restarted.to_owned(),
+            signal: "SIGKILL".to_owned(),
+            killed_unix_ms: killed_at.unwrap_or_default(),
+            restarted_unix_ms: restarted_at.unwrap_or_default(),
+        },
         drained,
         gateway: gateway_counts,
         report_from,
@@ -512,24 +545,34 @@ fn short(path: &Path) -> String {
         .to_string()
 }
 
+/// Machines whose counts are not moving on, and why.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offline<'a> {
+    /// The machine whose link is cut off, while it is.
+    pub partitioned: Option<&'a str>,
+    /// The machine whose agent is down, while it is.
+    pub agent_down: Option<&'a str>,
+}
+
 /// One progress line: per machine events queued/acknowledged, then the gateway's counts.
 pub fn progress_line(
     agents: &[Agent],
     counts: &[AgentCounts],
     gateway: Option<GatewayCounts>,
-    partition_open: bool,
-    partitioned: &str,
+    offline: &Offline<'_>,
 ) -> String {
     let machines = agents
         .iter()
         .zip(counts)
         .map(|(agent, c)| {
-            let offline = if partition_open && agent.id == partitioned {
+            let note = if offline.partitioned == Some(agent.id) {
                 " (offline)"
+            } else if offline.agent_down == Some(agent.id) {
+                " (agent down)"
             } else {
                 ""
             };
-            format!("{} {}/{}{offline}", agent.id, c.queued, c.acked)
+            format!("{} {}/{}{note}", agent.id, c.queued, c.acked)
         })
         .collect::<Vec<_>>()
         .join("  ");
