@@ -354,7 +354,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         .machines
         .iter()
         .zip(&injected)
-        .map(|(m, s)| format!("{} {} cycles/{} misses", m.id, s.cycles, s.misses_observed))
+        .map(|(m, s)| {
+            format!(
+                "{} {} activations/{} deadline misses",
+                m.id, s.tally.total.activations, s.tally.total.deadline_misses
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     say(format!(
