@@ -1,4 +1,4 @@
-//! End to end: the quick demo run (real agents, control loops, broker and gateway, and one agent
+//! End to end: a demo run (real agents, control loops, broker and gateway, and one agent
 //! SIGKILLed mid-run and started again while its loop keeps running), then the gateway's report
 //! (`report --json`, at the demo's evaluation time and period) and its store checked against what
 //! the control loops counted of themselves, **exactly**.
@@ -20,6 +20,9 @@
 //! - The machine whose agent was killed passes the same checks; besides, its agent started
 //!   twice, nothing of it is stamped while its agent was down, and each of its counters is one
 //!   series from the loop's start (continued, not restarted).
+//!
+//! Two runs: the quick one (36 s), and the default one (90 s) that `cargo run -p edgewatch-demo`
+//! shows a new user; the timeline scales with the run, so both are checked the same way.
 //!
 //! No tolerance and no first-sample offset: the gateway writes a zero baseline at each counter's
 //! start; the demo's loops park (mode idle) in their last activation, so autonomous time ends at
@@ -103,11 +106,13 @@ struct Run {
     lookback_ms: i64,
 }
 
-fn run_demo(out: &Path) -> Run {
+/// Runs `edgewatch-demo <args> --out <out>` and reads what it left.
+fn run_demo(args: &[&str], out: &Path) -> Run {
     let log = out.with_extension("log");
     let output = std::fs::File::create(&log).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_edgewatch-demo"))
-        .args(["--quick", "--out"])
+        .args(args)
+        .arg("--out")
         .arg(out)
         .stdout(output.try_clone().unwrap())
         .stderr(output)
@@ -263,7 +268,21 @@ fn close(a: f64, b: f64, tolerance: f64) -> bool {
 #[test]
 fn a_short_demo_reports_exactly_what_its_control_loops_counted_across_an_agent_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let run = run_demo(&dir.path().join("run"));
+    let run = run_demo(&["--quick"], &dir.path().join("run"));
+    assert_eq!(run.summary.duration_s, 36.0);
+    check(&run);
+}
+
+#[test]
+fn the_default_demo_reports_exactly_what_its_control_loops_counted_across_an_agent_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_demo(&[], &dir.path().join("run"));
+    assert_eq!(run.summary.duration_s, 90.0);
+    check(&run);
+}
+
+/// Every check of the module doc, on one run.
+fn check(run: &Run) {
     let s = &run.summary;
     // The scenario the demo ran: the scripts its loops were given.
     let plan = Plan::new(Duration::from_secs_f64(s.duration_s)).unwrap();
