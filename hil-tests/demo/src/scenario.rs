@@ -402,29 +402,30 @@ mod tests {
             for m in &plan.machines {
                 let (park, rules) = m.script.split_last().unwrap();
                 assert_eq!(park, &format!("mode idle at cycle {last}"), "{}", m.id);
-                // Every other rule is due more than a second before the end.
-                let latest = rules
-                    .iter()
-                    .filter_map(|rule| rule.rsplit(' ').next())
-                    .map(|when| {
-                        if let Some(ms) = when.strip_suffix("ms") {
-                            ms.parse::<u64>().unwrap() * u64::from(LOOP_RATE_HZ) / 1000
-                        } else if let Some(s) = when.strip_suffix('s') {
-                            s.parse::<u64>().unwrap() * u64::from(LOOP_RATE_HZ)
-                        } else {
-                            let end = when.rsplit("..").next().unwrap();
-                            end.parse::<u64>().unwrap()
-                        }
-                    })
-                    .max()
-                    .unwrap();
-                assert!(
-                    latest + u64::from(LOOP_RATE_HZ) < last,
-                    "{}: {rules:?}",
-                    m.id
-                );
+                // Rules by cycle number end more than a second before the last activation.
+                for rule in rules {
+                    let Some((_, cycles)) = rule
+                        .split_once(" at cycles ")
+                        .or_else(|| rule.split_once(" at cycle "))
+                        .or_else(|| rule.split_once(" from "))
+                    else {
+                        continue;
+                    };
+                    let end: u64 = cycles.rsplit("..").next().unwrap().parse().unwrap();
+                    assert!(end + u64::from(LOOP_RATE_HZ) < last, "{}: {rule}", m.id);
+                }
             }
         }
+        // Rules by time are due at these fractions of the run, all well before its end.
+        let fractions = [
+            at::BURST_1,
+            at::LATE_BURST,
+            at::HANG,
+            at::BURST_2,
+            at::OFFLINE_BURST,
+        ];
+        let timeline = at::AUTONOMY.iter().map(|(f, _)| *f);
+        assert!(fractions.into_iter().chain(timeline).all(|f| f <= 0.9));
     }
 
     #[test]
