@@ -24,8 +24,9 @@
 //! Two runs: the quick one (36 s), and the default one (90 s) that `cargo run -p edgewatch-demo`
 //! shows a new user; the timeline scales with the run, so both are checked the same way.
 //!
-//! No tolerance and no first-sample offset: the gateway writes a zero baseline at each counter's
-//! start; the demo's loops park (mode idle) in their last activation, so autonomous time ends at
+//! The comparisons with the tallies have no tolerance and no first-sample offset (the heat wave
+//! and the partition, which no loop counts, are checked as before, within a poll): the gateway
+//! writes a zero baseline at each counter's start; the demo's loops park (mode idle) in their last activation, so autonomous time ends at
 //! an instant the loop and its probe share, not at the loop's exit, which no agent can see; and
 //! the demo takes its drain targets only once each agent has seen its loop end.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
