@@ -1,6 +1,7 @@
 //! The Grafana dashboards of `edgewatch-gateway dashboards`, run against what they are made for:
 //! a real Prometheus (2.42) holding a fleet's series written by remote-write through the real
-//! gateway, with the gateway's `rules` output loaded and evaluated. Every target of every panel,
+//! gateway, with the gateway's `rules` output loaded and evaluated; at the packaged
+//! configuration, and with one more SLO and a price book. Every target of every panel,
 //! with the `machine` variable filled in with each machine it offers, returns series; the figures
 //! with a ground truth (machines reporting, silent, alerts firing, burn rates, budget left, cost
 //! per autonomous machine-hour) equal it; and the files have the shape Grafana provisions.
@@ -439,8 +440,28 @@ fn check_shape(name: &str, d: &Value, uid: &str) {
     }
 }
 
+/// Which gateway configuration the dashboards are generated from.
+#[derive(Clone, Copy, PartialEq)]
+enum Setup {
+    /// The packaged `config/gateway.toml`, every key at its default: the built-in catalog, no
+    /// price book (the cost dashboard shows usage only).
+    Packaged,
+    /// The test's configuration: one more SLO (`assistive-strict`) and a price book with shares.
+    Priced,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_panel_of_every_dashboard_returns_series_from_prometheus_fed_by_the_gateway() {
+async fn every_panel_returns_series_at_the_packaged_configuration() {
+    every_panel_returns_series(Setup::Packaged).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_panel_returns_series_with_one_more_slo_and_a_price_book_and_costs_equal_the_report()
+{
+    every_panel_returns_series(Setup::Priced).await;
+}
+
+async fn every_panel_returns_series(setup: Setup) {
     let now = now_ns();
     let today_ns = now - now.rem_euclid(DAY_NS);
     let day_d = today_ns - DAY_NS;
@@ -498,10 +519,20 @@ async fn every_panel_of_every_dashboard_returns_series_from_prometheus_fed_by_th
     let broker = Mosquitto::start().unwrap();
     let prometheus = Prometheus::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = GatewaySpec::new(broker.addr(), "gw-dashboards");
-    spec.remote_write_url = Some(prometheus.remote_write_url());
-    spec.extra_tables = tables(day_d / 1_000_000);
-    let gateway = Gateway::start(dir.path(), &spec);
+    let gateway = match setup {
+        Setup::Packaged => Gateway::start_packaged(
+            dir.path(),
+            broker.addr(),
+            "gw-dashboards",
+            Some(&prometheus.remote_write_url()),
+        ),
+        Setup::Priced => {
+            let mut spec = GatewaySpec::new(broker.addr(), "gw-dashboards");
+            spec.remote_write_url = Some(prometheus.remote_write_url());
+            spec.extra_tables = tables(day_d / 1_000_000);
+            Gateway::start(dir.path(), &spec)
+        }
+    };
     // The `rules` output of this configuration, evaluated by Prometheus from now on.
     prometheus.load_rules(&gateway.command(&["rules"])).unwrap();
 
@@ -566,13 +597,15 @@ async fn every_panel_of_every_dashboard_returns_series_from_prometheus_fed_by_th
 
     // Wait for an evaluation of every rule group after the data landed: each SLO's budget is
     // recorded (Prometheus evaluates every minute by default), then its alerts, in the same pass.
-    let slos = [
+    let mut slos = vec![
         "safety-control",
         "assistive-control",
         "safety-event-freshness",
         "gpu-throttled-time",
-        "assistive-strict",
     ];
+    if setup == Setup::Priced {
+        slos.push("assistive-strict");
+    }
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let now_s = now_ns() as f64 / 1e9;
@@ -720,8 +753,15 @@ async fn every_panel_of_every_dashboard_returns_series_from_prometheus_fed_by_th
     );
     assert_eq!(single(&target(fleet, "Silent for over an hour", "A")), 1.0);
     // truck-a's safety loop pages and tickets (3 windows); truck-b's assistive loop opens the
-    // 3d/6h ticket at 99.9 % (2.67× > 1) and all three at 99.99 % (26.7×).
-    assert_eq!(single(&target(fleet, "Burn-rate alerts firing", "A")), 7.0);
+    // 3d/6h ticket at 99.9 % (2.67× > 1), and, on the extra SLO, all three at 99.99 % (26.7×).
+    let firing = match setup {
+        Setup::Packaged => 3.0 + 1.0,
+        Setup::Priced => 3.0 + 1.0 + 3.0,
+    };
+    assert_eq!(
+        single(&target(fleet, "Burn-rate alerts firing", "A")),
+        firing
+    );
 
     // Burn rates and budget: 1 miss in 375 over a budget of 1e-4 (truck-a, model 4.3.0).
     let burn = 1.0 / 375.0 / 1e-4;
@@ -759,6 +799,13 @@ async fn every_panel_of_every_dashboard_returns_series_from_prometheus_fed_by_th
         &by_group,
     );
     assert!(close(left[&group.to_vec()], 1.0 - burn), "{left:?}");
+
+    if setup == Setup::Packaged {
+        // No price book: usage only, and a text panel that says why.
+        let cost = boards["edgewatch-cost"]["panels"].as_array().unwrap();
+        assert!(cost.iter().any(|p| p["type"] == "text"));
+        return;
+    }
 
     // Cost per autonomous machine-hour of yesterday (UTC), at its end, against the report's
     // lines of that day, for the groups whose machines sent the whole day (dozer-c may have
