@@ -5,6 +5,8 @@
 //! - `report`: SLO report (and cost report when `[prices]` is set) from raw samples of the
 //!   embedded store or, with `--prometheus`, of a Prometheus query API;
 //! - `rules`: the SLO catalog as Prometheus recording and alerting rules;
+//! - `dashboards`: Grafana dashboards for the same catalog and price book, with the provisioning
+//!   files for them and their Prometheus data source;
 //! - `export-focus`: FOCUS CSV rows of a cost period, with corrections for days already exported;
 //! - `check-config`: validate a configuration file, print what it resolves to and list the
 //!   deprecated keys it uses.
@@ -80,6 +82,24 @@ enum Command {
     },
     /// Print the SLO catalog as Prometheus recording and alerting rules (YAML).
     Rules,
+    /// Write Grafana dashboards for the catalog and price book, and their provisioning files.
+    Dashboards {
+        /// Directory to write: `dashboards/*.json`, `provisioning/dashboards/edgewatch.yaml`
+        /// and `provisioning/datasources/edgewatch.yaml`.
+        #[arg(long)]
+        out: PathBuf,
+        /// The Prometheus Grafana is to query (holding the gateway's series and the `rules`
+        /// output), e.g. http://prometheus:9090.
+        #[arg(long, value_name = "URL")]
+        prometheus: String,
+        /// uid of the provisioned data source, which every panel names.
+        #[arg(long, default_value = edgewatch_slo::dashboards::DEFAULT_DATASOURCE_UID)]
+        datasource_uid: String,
+        /// The dashboards directory as Grafana sees it (the provider's path); default: the
+        /// absolute path of `<out>/dashboards`.
+        #[arg(long, value_name = "PATH")]
+        dashboards_path: Option<String>,
+    },
     /// Write FOCUS CSV rows for a cost period (needs [prices]).
     ExportFocus {
         /// Read samples from this Prometheus instead of the store.
@@ -194,6 +214,65 @@ fn period(args: &PeriodArgs, now_ms: i64) -> anyhow::Result<Period> {
     Period::utc_days(start, end).map_err(|error| usage("--from", error.to_string()))
 }
 
+/// Writes the dashboards and provisioning files under `out` (see `docs/gateway.md`, "Grafana
+/// dashboards").
+fn write_dashboards(
+    config: &Config,
+    out: &Path,
+    prometheus: &str,
+    datasource_uid: &str,
+    dashboards_path: Option<String>,
+) -> anyhow::Result<()> {
+    use edgewatch_slo::dashboards;
+    if !(prometheus.starts_with("http://") || prometheus.starts_with("https://")) {
+        return Err(usage(
+            "--prometheus",
+            format!("`{prometheus}` is not an http:// or https:// URL"),
+        ));
+    }
+    dashboards::check_datasource_uid("--datasource-uid", datasource_uid).map_err(UsageError)?;
+    let dashboards_dir = out.join("dashboards");
+    let provisioning = out.join("provisioning");
+    for dir in [
+        &dashboards_dir,
+        &provisioning.join("dashboards"),
+        &provisioning.join("datasources"),
+    ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let path = match dashboards_path {
+        Some(path) => path,
+        None => std::path::absolute(&dashboards_dir)
+            .with_context(|| format!("resolving {}", dashboards_dir.display()))?
+            .display()
+            .to_string(),
+    };
+    let write = |file: PathBuf, text: String| {
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))
+    };
+    let boards = dashboards::dashboards(&config.catalog, config.prices.as_ref(), datasource_uid);
+    for board in &boards {
+        let text = serde_json::to_string_pretty(&board.json)? + "\n";
+        write(dashboards_dir.join(board.file_name()), text)?;
+    }
+    write(
+        provisioning.join("dashboards").join("edgewatch.yaml"),
+        dashboards::dashboard_provisioning(&path),
+    )?;
+    write(
+        provisioning.join("datasources").join("edgewatch.yaml"),
+        dashboards::datasource_provisioning(datasource_uid, prometheus),
+    )?;
+    eprintln!(
+        "edgewatch-gateway: {} dashboards in {}, provisioning files in {} \
+         (data source uid {datasource_uid})",
+        boards.len(),
+        dashboards_dir.display(),
+        provisioning.display()
+    );
+    Ok(())
+}
+
 fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let now_ms = now_ns() / 1_000_000;
     match command {
@@ -211,6 +290,12 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
             print!("{}", edgewatch_slo::render_rules(&config.catalog));
             Ok(())
         }
+        Command::Dashboards {
+            out,
+            prometheus,
+            datasource_uid,
+            dashboards_path,
+        } => write_dashboards(&config, &out, &prometheus, &datasource_uid, dashboards_path),
         Command::Report {
             json,
             prometheus,

@@ -14,6 +14,8 @@
 //!   (or [`Costing`], one series at a time).
 //! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
 //! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
+//! - [`dashboards`]: Grafana dashboards (fleet overview, SLO burn, machine detail, cost) and their
+//!   provisioning files, reading the series of [`names`] and the records of [`rules`].
 //! - [`report`]: plain-text tables of both reports (JSON comes from their `Serialize`).
 //! - `calendar`: UTC days, months, RFC 3339 and Prometheus durations.
 //!
@@ -27,6 +29,7 @@
 
 pub mod catalog;
 pub mod cost;
+pub mod dashboards;
 pub mod focus;
 pub mod names;
 pub mod report;

@@ -122,6 +122,23 @@ pub mod label {
     /// Who counted an intervention or a safe stop (see [`super::value::PROBE`] and
     /// [`super::value::LOCAL`]): each source is a counter of its own.
     pub const SOURCE: &str = "source";
+    /// The SLO a recorded series or alert of the generated rules is about (its catalog name).
+    pub const SLO: &str = "slo";
+    /// Which deadline semantics a recorded series of a deadline SLO computes
+    /// (`catalog::Semantics::id`).
+    pub const SEMANTICS: &str = "semantics";
+}
+
+/// Series and labels Prometheus itself writes, which the dashboards read.
+pub mod prometheus {
+    /// One series per active alert of the loaded rules, with the alert's labels.
+    pub const ALERTS: &str = "ALERTS";
+    /// The alert's name, a label of [`ALERTS`].
+    pub const ALERTNAME: &str = "alertname";
+    /// `pending` or `firing`, a label of [`ALERTS`].
+    pub const ALERTSTATE: &str = "alertstate";
+    /// The [`ALERTSTATE`] of an alert that fires.
+    pub const FIRING: &str = "firing";
 }
 
 /// Why the gateway refused samples: the values of [`label::REASON`].
