@@ -3,8 +3,10 @@
 //! starts them in order and stops them in order.
 //!
 //! ```text
-//! placement (cores, SCHED_IDLE, idle I/O) ─► queue open (quarantine if corrupt) ─► runtime:
-//!   spool::Flusher         group commit (≤ 10 ms for safety appends by default); durable signal
+//! placement (cores, SCHED_IDLE, idle I/O) ─► queue open (quarantine if corrupt; without its
+//!                                              store if it cannot be opened: degraded) ─► runtime:
+//!   spool::Flusher         group commit (≤ 10 ms for safety appends by default); durable signal;
+//!                          reopens an unavailable store when the queue says
 //!   drain::Drain           drains the queue over MQTT
 //!   ingest::IngestServer   the local socket
 //!   sampling::sample_loop  probes, model and sysfs on one tick, tegrastats lines as they come
@@ -18,6 +20,9 @@
 //! Invariants:
 //! - The agent never runs on a control-loop core and never runs at normal priority when
 //!   `scheduling.idle_priority` is set: placement failures stop it before anything starts.
+//! - A queue store that cannot be opened or written (not corruption) never stops the agent:
+//!   it runs degraded ([`crate::degraded`]) until the store is back. Only a bad configuration
+//!   and another agent on the same queue stop it.
 //! - One thread does all the work; the queue is shared by reference inside it (the [`Spool`]),
 //!   never locked.
 //! - Whatever the tasks left pending is flushed after they stopped, before the process exits:
@@ -62,7 +67,11 @@ pub enum RunError {
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), RunError> {
     placement::apply(&config.scheduling)?;
-    let (queue, report) = Queue::open(config.queue.queue.get().clone(), clock::wall())?;
+    let (queue, report) = Queue::open_or_hold(config.queue.queue.get().clone(), clock::wall())?;
+    if let Some(reason) = &report.unavailable {
+        tracing::error!(%reason, "The queue store cannot be opened; the agent runs without it, \
+            holding safety events in memory, and retries it with backoff.");
+    }
     if let Some(quarantined) = &report.quarantined {
         tracing::error!(moved_to = %quarantined.moved_to.display(), reason = %quarantined.reason, epoch = report.epoch, "The queue store would not open; it was moved aside and a new queue started.");
     }
