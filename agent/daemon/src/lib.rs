@@ -11,6 +11,7 @@
 //! - [`degraded`]: what the agent reports while the queue's store cannot be opened or written
 //!   (status file section, one safety-tier health report per fault); the queue holds safety
 //!   events and retries meanwhile.
+//! - [`compaction`]: compacts the queue file after a backlog, copying on a blocking thread.
 //! - [`drain`]: empties the queue over MQTT v5 (the `[uplink]` section), safety first, deletion
 //!   only on a success PUBACK in the same queue epoch; its decisions are a sans-IO core
 //!   (`drain::core`), rumqttc runs in a shell that only moves bytes (`drain::link`).
@@ -22,7 +23,7 @@
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
 //! Module dependencies point one way: `run` imports the tasks (`sampling`, `drain`, `ingest`,
-//! `status`, `health`); they import `spool`, `clock`, `config` and `pacing`, and
+//! `status`, `health`, `compaction`); they import `spool`, `clock`, `config` and `pacing`, and
 //! `status`, `health` and `sampling` also read the types of the tasks they report on (`status`
 //! and `health` read `degraded`, which imports only `clock`). Nothing imports `run`.
 //!
@@ -33,6 +34,7 @@
 //!   counted, reported loss.
 
 pub mod clock;
+pub mod compaction;
 pub mod config;
 pub mod degraded;
 pub mod drain;

@@ -8,6 +8,7 @@
 //!   spool::Flusher         group commit (≤ 10 ms for safety appends by default); durable signal;
 //!                          reopens an unavailable store when the queue says
 //!   drain::Drain           drains the queue over MQTT
+//!   compaction             compacts the queue file after a backlog, the copy on its own thread
 //!   ingest::IngestServer   the local socket
 //!   sampling::sample_loop  probes, model and sysfs on one tick, tegrastats lines as they come
 //!   status::write_loop     status file every second
@@ -35,6 +36,7 @@ use edgewatch_queue::Queue;
 use tokio::sync::watch;
 
 use crate::clock;
+use crate::compaction;
 use crate::config::Config;
 use crate::drain::{Drain, DrainError, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
@@ -118,6 +120,10 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         Rc::clone(&sources),
         shutdown_rx.clone(),
     ));
+    let compaction_task = tokio::task::spawn_local(compaction::compaction_loop(
+        spool.clone(),
+        shutdown_rx.clone(),
+    ));
     let health_task = tokio::task::spawn_local(health::report_loop(
         spool.clone(),
         Rc::clone(&drain_stats),
@@ -149,6 +155,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         tracing::warn!(%error, "The uplink stopped with an error.");
     }
     let _ = status_task.await;
+    let _ = compaction_task.await;
     let _ = flusher_task.await;
     // Whatever the tasks left pending becomes durable before exit.
     if let Err(error) = spool.queue_mut().flush(clock::wall()) {
