@@ -9,12 +9,14 @@
 //!   (the runtime goes on: appends, flushes, drain)          │ into queue.redb.compact
 //!                       queue.finish_compaction(result) ◄───┘
 //!   next flush: apply deletions and appends since the snapshot, rename over queue.redb
+//!   next tick: close the replaced store on a blocking thread (redb writes its allocator state)
 //! ```
 //!
 //! Invariants:
-//! - The copy never runs on the runtime's thread: a safety append and its flush wait for no part
-//!   of it. The one step on that thread is the swap inside a flush, bounded by what changed
-//!   during the copy (its longest pause is in `docs/queue.md`).
+//! - Neither the copy nor closing the replaced store runs on the runtime's thread: a safety
+//!   append and its flush wait for no part of them. The one step on that thread is the swap
+//!   inside a flush, bounded by what changed during the copy (its longest pause is in
+//!   `docs/queue.md`).
 //! - One compaction at a time; a copy still running at shutdown is cancelled when the queue
 //!   drops, and its file is removed at the next open.
 
@@ -36,6 +38,11 @@ pub async fn compaction_loop(spool: Spool, mut shutdown: watch::Receiver<bool>) 
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
+        }
+        // The store the last swap replaced: closing it writes redb's allocator state for the
+        // whole old file, work for this thread's neighbour, not for the one that flushes.
+        if let Some(old) = spool.queue_mut().take_retired_store() {
+            tokio::task::spawn_blocking(move || old.close());
         }
         let Some(job) = spool.queue_mut().begin_compaction(clock::wall()) else {
             continue;

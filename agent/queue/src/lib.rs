@@ -59,7 +59,7 @@ pub use edgewatch_proto::tier::{PerTier, TIERS};
 pub use error::{AppendError, FlushError, KvError, QueueError, ReadError};
 pub use queue::{
     BatchLimits, CompactionJob, CompactionResult, FlushOutcome, OpenReport, Quarantined, Queue,
-    ReadBatch, StoreFault,
+    ReadBatch, RetiredStore, StoreFault,
 };
 pub use status::{QueueStatus, SnapshotError, TierStatus, read_snapshot};
 pub use store::LOSS_CAUSES;
