@@ -14,7 +14,8 @@
 //!
 //! The last two need root, loop devices, e2fsprogs and (EIO) dmsetup with a kernel that has
 //! device-mapper. Elsewhere they print SKIP with the reason; with
-//! `EDGEWATCH_REQUIRE_FAULT_INJECTION=1` (set by `.ci/test`) a missing prerequisite fails them.
+//! `EDGEWATCH_REQUIRE_FAULT_INJECTION=1` (set by `.ci/run`, CI, which runs as root with loop
+//! devices) a missing prerequisite fails them.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 #![allow(clippy::print_stdout)] // A SKIP says why on the test's output.
 
@@ -300,9 +301,9 @@ fn prerequisites(dm: bool) -> Result<(), String> {
     if !Path::new("/dev/loop-control").exists() {
         return Err("no /dev/loop-control (loop devices unavailable)".into());
     }
-    let mut tools = vec!["mkfs.ext4", "mount", "umount", "losetup", "e2fsck"];
+    let mut tools = vec!["mkfs.ext4", "mount", "umount", "losetup", "dd"];
     if dm {
-        tools.push("dmsetup");
+        tools.extend(["dmsetup", "blockdev"]);
     }
     for tool in tools {
         let found = Command::new("sh")
