@@ -1596,12 +1596,25 @@ impl Queue {
         self.store = None;
         self.compaction.cancel();
         let held = self.pending.entries.len();
-        let (store, loaded, moved) = quarantine(&self.config, &self.path, reason, true, now)
-            .map_err(|error| FlushError {
-                reason: error.to_string(),
-                refused: PerTier::default(),
-                held_safety: held,
-            })?;
+        let (store, loaded, moved) = match quarantine(&self.config, &self.path, reason, true, now) {
+            Ok(done) => done,
+            Err(error) => {
+                // The fresh store could not be built (the disk fails or is full too): the store
+                // is unavailable; a later attempt reopens the damaged one and quarantines it.
+                let reason = error.to_string();
+                self.pending.bulk_since.get_or_insert(now);
+                if self.fault.is_some() {
+                    self.attempt_failed(reason.clone(), now);
+                } else {
+                    self.begin_fault(reason.clone(), now);
+                }
+                return Err(FlushError {
+                    reason,
+                    refused: PerTier::default(),
+                    held_safety: held,
+                });
+            }
+        };
         tracing::warn!(%reason, moved_to = %moved.display(),
             "Queue store failed; moved aside and started a fresh queue.");
         let state = loaded.state;
