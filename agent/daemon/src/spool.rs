@@ -15,7 +15,11 @@
 //!   after each flush. It is raised when a flush committed or moved a durable number; local-socket
 //!   waiters wait on its value and the drain wakes on its changes.
 //! - When to flush is the queue's decision (`next_flush_at`, `flush_due`: its group-commit
-//!   intervals); a failed flush is logged and retried 100 ms later.
+//!   intervals, and while its store is unavailable the next reopen attempt); a failed flush is
+//!   logged and retried when the queue says, at the earliest 100 ms later.
+//! - A waiter is answered durable only for a number of the epoch it was given in: a quarantine
+//!   (new epoch) or an unavailable store ends the wait with the reason ([`NotDurable`]); a failed
+//!   flush raises the signal so that waiters look.
 //! - What samplers keep across restarts goes into the queue's key-value area, staged after the
 //!   events it describes, so it is durable with them; a sampling pass makes room first
 //!   ([`SamplerSink::make_room`]), so no flush of a full buffer falls between the two.
@@ -34,6 +38,45 @@ use crate::clock;
 
 /// Durable sequence numbers per tier, as of the last flush.
 type DurableSeqs = PerTier<u64>;
+
+/// Why a waiter's event is not confirmed durable under the number it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDurable {
+    /// The store cannot be written: the event is held in memory (safety) until it can.
+    #[error(
+        "not durable: the queue store is unavailable ({reason}); the event is held in memory \
+         and written when the store is back"
+    )]
+    Unavailable {
+        /// What failed.
+        reason: String,
+    },
+    /// The store was damaged and replaced while the event waited: its number is void (the
+    /// new epoch gives the same numbers to other records).
+    #[error(
+        "the queue store was quarantined while this event waited (epoch {old:016x} replaced by \
+         {new:016x}): the number it was given is void"
+    )]
+    Quarantined {
+        /// The epoch the number was given in.
+        old: u64,
+        /// The epoch now.
+        new: u64,
+    },
+    /// The store was unavailable when the event arrived and opened since: the event was held,
+    /// then written under a number of the store's epoch.
+    #[error(
+        "the queue store was unavailable when this event arrived; it was held in memory and \
+         has since been written in epoch {new:016x}, under a number this reply cannot give"
+    )]
+    HeldThenWritten {
+        /// The store's epoch.
+        new: u64,
+    },
+    /// The flusher stopped (the agent is stopping) before the event was durable.
+    #[error("the agent stopped before this event was durable")]
+    Stopped,
+}
 
 /// The queue and its durable signal, shared by the tasks of the runtime (cloning shares).
 #[derive(Clone)]
@@ -70,16 +113,48 @@ impl Spool {
         result
     }
 
-    /// Waits until `seq` of `tier` is durable.
-    pub async fn wait_durable(&self, tier: Tier, seq: u64) {
+    /// Waits until `seq` of `tier`, given in queue epoch `epoch`, is durable, or cannot become
+    /// durable under that number now (see [`Spool::confirm`]).
+    pub async fn wait_durable(&self, tier: Tier, epoch: u64, seq: u64) -> Result<(), NotDurable> {
+        // Tier::Unspecified waits for debug's durability.
+        let ix = tier::index(tier).unwrap_or(tier::DEBUG);
         let mut durable = self.durable.clone();
-        let _ = durable
+        let waited = durable
             .wait_for(|durable| {
-                // Tier::Unspecified waits for debug's durability.
-                let reached = *durable.at(tier::index(tier).unwrap_or(tier::DEBUG));
-                reached >= seq
+                let queue = self.queue.borrow();
+                queue.epoch() != epoch || *durable.at(ix) >= seq || queue.store_fault().is_some()
             })
             .await;
+        if waited.is_err() && *self.durable.borrow().at(ix) < seq {
+            return Err(NotDurable::Stopped);
+        }
+        self.confirm(tier, epoch, seq)
+    }
+
+    /// Whether `seq` of `tier`, given in queue epoch `epoch`, is durable now; if not, why.
+    pub fn confirm(&self, tier: Tier, epoch: u64, seq: u64) -> Result<(), NotDurable> {
+        let ix = tier::index(tier).unwrap_or(tier::DEBUG);
+        let queue = self.queue.borrow();
+        let now = queue.epoch();
+        if now != epoch {
+            return Err(if epoch == 0 {
+                NotDurable::HeldThenWritten { new: now }
+            } else {
+                NotDurable::Quarantined {
+                    old: epoch,
+                    new: now,
+                }
+            });
+        }
+        if *self.durable.borrow().at(ix) >= seq {
+            return Ok(());
+        }
+        match queue.store_fault() {
+            Some(fault) => Err(NotDurable::Unavailable {
+                reason: fault.reason.to_owned(),
+            }),
+            None => Err(NotDurable::Stopped),
+        }
     }
 
     /// The durable signal as a stream of wake-ups, for a task that reads whatever became durable.
@@ -95,6 +170,11 @@ impl Spool {
     /// The queue, for changing. The borrow must end before the caller awaits.
     pub fn queue_mut(&self) -> RefMut<'_, Queue> {
         self.queue.borrow_mut()
+    }
+
+    /// Wakes the flusher (the queue has work due sooner than it was told).
+    pub fn wake_flusher(&self) {
+        self.appended.notify_one();
     }
 }
 
@@ -158,6 +238,8 @@ impl Flusher {
                 }
                 Err(error) => {
                     tracing::warn!(%error, "A queue flush failed; it is retried.");
+                    // Waiters look again: their events may be held now, not on disk.
+                    self.durable.send_modify(|_| ());
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }

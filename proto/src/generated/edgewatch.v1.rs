@@ -496,7 +496,8 @@ pub struct TierHealth {
     #[prost(uint64, tag = "7")]
     pub corrupt: u64,
 }
-/// Debug tier. The agent's own state.
+/// Debug tier (the safety tier once per queue store fault, see `store_fault`). The agent's own
+/// state.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentHealth {
     #[prost(string, tag = "1")]
@@ -520,6 +521,17 @@ pub struct AgentHealth {
     /// Random id of the current boot (from /proc/sys/kernel/random/boot_id).
     #[prost(string, tag = "10")]
     pub boot_id: ::prost::alloc::string::String,
+    /// While the queue's store cannot be opened or written (a failing or full disk): what failed
+    /// last; empty while it works. Such a report is queued once per fault in the safety tier, held
+    /// in memory with the safety events until the store is back.
+    #[prost(string, tag = "11")]
+    pub store_fault: ::prost::alloc::string::String,
+    /// How long the store has been unavailable, seconds (0 while it works).
+    #[prost(double, tag = "12")]
+    pub store_fault_seconds: f64,
+    /// Safety events held in memory meanwhile.
+    #[prost(uint64, tag = "13")]
+    pub store_held_safety: u64,
 }
 /// Debug tier. A log line.
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -538,12 +538,11 @@ pub fn normalize_event(
                 (label::TIER, tier_label(q.tier)),
             ];
             b.push(metric::QUEUE_LOST_RECORDS, &labels, q.total as f64);
-            // A quarantine adds one incident per store moved aside to the running total, not
-            // its records (`count`).
-            let quarantined = q.cause == v1::LossCause::Quarantined as i32;
+            // Every cause counts records, a quarantine too (the records of the old store that
+            // could not be salvaged; agents before that reported one per store, `count` 1).
             Origin::Increment {
                 total: q.total,
-                increment: if quarantined { 1 } else { q.count },
+                increment: q.count,
             }
         }
         _ => return Normalized::NotCounter,
@@ -1043,6 +1042,35 @@ mod tests {
         let r = refused(&event(vec![autonomous, nan, unknown_mode]), ARRIVAL, 0);
         assert_eq!(r.reason, refusal::BAD_VALUE);
         assert_eq!(r.series.len(), 3, "the refused entry among them");
+    }
+
+    /// A quarantine's report counts the records the machine lost in it, as every other loss
+    /// report does: the series rises by them, from the total before it.
+    #[test]
+    fn a_quarantine_report_raises_the_lost_records_series_by_the_records_it_lost() {
+        let loss = |cause: v1::LossCause, count: u64, total: u64| Event {
+            seq: 1,
+            event_time_unix_ns: ARRIVAL - 1_000_000_000,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::QueueLoss(v1::QueueLoss {
+                tier: Tier::Slo as i32,
+                cause: cause as i32,
+                count,
+                total,
+                epoch: 41,
+                ..Default::default()
+            })),
+        };
+        for cause in [v1::LossCause::Quarantined, v1::LossCause::Evicted] {
+            let samples = counted(&loss(cause, 11, 30), ARRIVAL, 0);
+            assert_eq!(samples.values.len(), 1);
+            assert_eq!(samples.values[0].value, 30.0);
+            assert_eq!(
+                samples.baseline.map(|b| b.value),
+                Some(19.0),
+                "{cause:?}: the total before the report"
+            );
+        }
     }
 
     #[test]

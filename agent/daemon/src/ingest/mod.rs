@@ -217,15 +217,16 @@ async fn serve_connection(
     }
 }
 
-/// Outcomes of the submissions read so far, answered together after one group commit.
+/// Outcomes of the submissions read so far, answered together after one group commit: tier,
+/// sequence number and the queue epoch it was given in.
 #[derive(Default)]
 struct Answers {
-    outcomes: Vec<Result<(Tier, u64), String>>,
+    outcomes: Vec<Result<(Tier, u64, u64), String>>,
     encoded: Vec<u8>,
 }
 
 impl Answers {
-    fn push(&mut self, outcome: Result<(Tier, u64), String>) {
+    fn push(&mut self, outcome: Result<(Tier, u64, u64), String>) {
         self.outcomes.push(outcome);
     }
 
@@ -243,19 +244,29 @@ impl Answers {
             .outcomes
             .iter()
             .filter_map(|outcome| match outcome {
-                Ok((Tier::Safety, seq)) => Some(*seq),
+                Ok((Tier::Safety, seq, epoch)) => Some((*epoch, *seq)),
                 _ => None,
             })
             .max();
-        if let Some(seq) = last_safety {
-            spool.wait_durable(Tier::Safety, seq).await;
+        if let Some((epoch, seq)) = last_safety {
+            // Each safety outcome is confirmed below, for its own number and epoch.
+            let _ = spool.wait_durable(Tier::Safety, epoch, seq).await;
         }
         self.encoded.clear();
         {
             let mut stats = stats.borrow_mut();
             for outcome in self.outcomes.drain(..) {
+                // A safety submission is answered accepted only if it is durable under the
+                // number it was given; otherwise with why (store unavailable, quarantined).
+                let outcome = match outcome {
+                    Ok((Tier::Safety, seq, epoch)) => spool
+                        .confirm(Tier::Safety, epoch, seq)
+                        .map(|()| (Tier::Safety, seq, epoch))
+                        .map_err(|not_durable| not_durable.to_string()),
+                    other => other,
+                };
                 let reply = match outcome {
-                    Ok((_, seq)) => {
+                    Ok((_, seq, _)) => {
                         stats.accepted += 1;
                         codec::accepted(seq)
                     }
@@ -271,8 +282,9 @@ impl Answers {
     }
 }
 
-/// Decodes, stamps, counts and appends one submission.
-fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, u64), String> {
+/// Decodes, stamps, counts and appends one submission; returns its tier, number and the queue
+/// epoch the number belongs to.
+fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, u64, u64), String> {
     let codec::Submission {
         tier,
         mut event,
@@ -295,15 +307,16 @@ fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, 
             .and_then(|id| counting.counts.accepted(id, epoch))
     {
         // A retry of a submission already in the queue: the same answer, nothing counted again.
-        return Ok(original);
+        return Ok((original.0, original.1, epoch));
     }
     let seq = spool
         .append(tier, &event)
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| refusal(spool, &error))?;
+    let epoch = spool.queue().epoch();
     if let Some(prepared) = prepared {
         counting
             .counts
-            .commit(prepared, id.as_deref(), (tier, seq, spool.queue().epoch()));
+            .commit(prepared, id.as_deref(), (tier, seq, epoch));
         counting.kept.clear();
         // Encoding into a Vec cannot run out of room.
         let _ = counting.counts.encode(&mut counting.kept);
@@ -315,7 +328,16 @@ fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, 
             tracing::warn!(%error, "The count of local submissions was not kept; after a restart it starts again.");
         }
     }
-    Ok((tier, seq))
+    Ok((tier, seq, epoch))
+}
+
+/// The reply to a refused append: what the queue said, and while its store is unavailable,
+/// why.
+fn refusal(spool: &Spool, error: &edgewatch_queue::AppendError) -> String {
+    match spool.queue().store_fault() {
+        Some(fault) => format!("{error} ({})", fault.reason),
+        None => error.to_string(),
+    }
 }
 
 /// Why `emit` failed.
