@@ -1,9 +1,12 @@
-//! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
+//! The agent's own health, reported upstream: an `AgentHealth` event in [`HEALTH_TIER`] every
 //! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
-//! logging in to it. [`HealthReporter`] builds the event; [`report_loop`] is the task that
-//! queues it.
+//! logging in to it (the gateway keeps its backlog figures as series for the fleet view).
+//! [`HealthReporter`] builds the event; [`report_loop`] is the task that queues it.
 //!
 //! Invariants:
+//! - Health reports travel in the SLO tier, never the debug tier: the debug tier is drained last
+//!   and evicted first, so a machine back from a partition (or with a refused debug topic) would
+//!   report its backlog last, or lose the reports to eviction, exactly when they matter.
 //! - The event is built in one reused structure: after the first report, reporting does not
 //!   allocate.
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
@@ -25,6 +28,10 @@ use crate::spool::Spool;
 
 /// How often the agent reports its health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The tier health reports travel in: drained after safety records and with the SLO counters,
+/// in order, and evicted only after the debug tier (`docs/events.md`, "Agent health").
+pub const HEALTH_TIER: Tier = Tier::Slo;
 
 /// Builds `AgentHealth` events.
 pub struct HealthReporter {
@@ -115,7 +122,7 @@ impl HealthReporter {
     }
 }
 
-/// Sends an `AgentHealth` event to the debug tier every [`HEALTH_INTERVAL`], the first at once,
+/// Sends an `AgentHealth` event to [`HEALTH_TIER`] every [`HEALTH_INTERVAL`], the first at once,
 /// until `shutdown` turns true.
 pub async fn report_loop(
     spool: Spool,
@@ -141,7 +148,7 @@ pub async fn report_loop(
             &drain.borrow(),
             &ingest.borrow(),
         );
-        if let Err(error) = spool.append(Tier::Debug, event) {
+        if let Err(error) = spool.append(HEALTH_TIER, event) {
             tracing::debug!(%error, "The health report was not queued.");
         }
     }

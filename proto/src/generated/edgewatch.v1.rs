@@ -496,7 +496,8 @@ pub struct TierHealth {
     #[prost(uint64, tag = "7")]
     pub corrupt: u64,
 }
-/// Debug tier. The agent's own state.
+/// SLO tier (earlier agents used the debug tier, which is drained last and evicted first). The
+/// agent's own state, every minute; the gateway keeps its queue backlog as series.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentHealth {
     #[prost(string, tag = "1")]
