@@ -135,8 +135,11 @@ fn deliver(ingestor: &mut Ingestor, messages: &[Message], arrival: i64) -> Inges
     ingestor.ingest(&incoming, arrival).unwrap()
 }
 
+/// A series as (its labels other than the base ones, its samples).
+type OwnSeries = (Vec<(String, String)>, Vec<(i64, f64)>);
+
 /// Every sample of `metric` of machine `m`, as (labels other than the base ones, samples).
-fn samples(store: &Store, metric: &str, m: &str) -> Vec<(Vec<(String, String)>, Vec<(i64, f64)>)> {
+fn samples(store: &Store, metric: &str, m: &str) -> Vec<OwnSeries> {
     store
         .query_machine(metric, 0, i64::MAX, m)
         .unwrap()

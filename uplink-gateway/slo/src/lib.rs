@@ -46,7 +46,7 @@ pub use calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
 pub use catalog::{Catalog, RawCatalog};
 pub use cost::{CostReport, Costing, Period, PriceBook, RawPriceBook, cost};
 pub use focus::{FocusRow, focus_rows};
-pub use report::{render_cost_text, render_fleet_text, render_slo_text};
+pub use report::{render_cost_text, render_detail_text, render_fleet_text, render_slo_text};
 pub use rules::render_rules;
 pub use series::{Labels, Series, SeriesSet, Window};
 pub use slo::{Evaluation, SloReport, evaluate};

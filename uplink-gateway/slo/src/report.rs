@@ -12,8 +12,9 @@
 //! - A label value is printed as it is, except that control characters are written as
 //!   `\u{..}` escapes, so a crafted value cannot drive the terminal.
 
+use crate::calendar::format_rfc3339;
 use crate::cost::{CostReport, CostSummary};
-use crate::fleet::{FleetTable, MachineRow};
+use crate::fleet::{FleetTable, MachineDetail, MachineRow};
 use crate::names::value;
 use crate::slo::{SloReport, SloRow};
 use std::fmt::Write as _;
@@ -376,5 +377,122 @@ pub fn render_fleet_text(table_data: &FleetTable, tiers: &[&str]) -> String {
         .map(|row| fleet_row(row, tiers))
         .collect();
     table(&mut out, &headers, &rows);
+    out
+}
+
+/// A machine's detail: its model versions, its partitions, its counters per bucket and its
+/// health reports, tiers in the order given.
+pub fn render_detail_text(detail: &MachineDetail, tiers: &[&str]) -> String {
+    let mut out = format!(
+        "Machine {} ({} at {}) from {} to {}\n",
+        label_text(&detail.machine_id),
+        label_text(&detail.machine_class),
+        label_text(&detail.site),
+        detail.from,
+        detail.to
+    );
+    let _ = writeln!(
+        out,
+        "status {}; last event {}; last arrival {}",
+        match detail.online {
+            Some(true) => "online",
+            Some(false) => "offline",
+            None => "-",
+        },
+        or_none(detail.last_event_ms, format_rfc3339),
+        or_none(detail.last_arrival_ms, format_rfc3339),
+    );
+    out.push('\n');
+    let versions: Vec<Vec<String>> = detail
+        .model_versions
+        .iter()
+        .map(|m| {
+            vec![
+                label_text(&m.model),
+                label_text(&m.model_version),
+                or_none(m.first_event_ms, format_rfc3339),
+                format_rfc3339(m.last_event_ms),
+            ]
+        })
+        .collect();
+    let headers = [
+        ("MODEL", Align::Left),
+        ("VERSION", Align::Left),
+        ("FIRST EVENT", Align::Left),
+        ("LAST EVENT", Align::Left),
+    ];
+    table(&mut out, &headers, &versions);
+    out.push('\n');
+    let partitions: Vec<Vec<String>> = detail
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                format_rfc3339(p.offline_ms),
+                or_none(p.online_again_ms, format_rfc3339),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[("OFFLINE", Align::Left), ("ONLINE AGAIN", Align::Left)],
+        &partitions,
+    );
+    out.push('\n');
+    let sum = |map: &std::collections::BTreeMap<String, f64>| number(map.values().sum());
+    let buckets: Vec<Vec<String>> = detail
+        .buckets
+        .iter()
+        .map(|b| {
+            let mut row = vec![
+                format_rfc3339(b.end_ms),
+                sum(&b.activations),
+                sum(&b.deadline_misses),
+            ];
+            row.extend(value::COMPONENTS.iter().map(|c| {
+                b.throttled_seconds
+                    .get(*c)
+                    .map_or_else(|| "-".to_owned(), |v| number(*v))
+            }));
+            row.extend(value::MODES.iter().map(|m| {
+                b.mode_seconds
+                    .get(*m)
+                    .map_or_else(|| "-".to_owned(), |v| number(*v))
+            }));
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        ("BUCKET END", Align::Left),
+        ("ACTIVATIONS", Align::Right),
+        ("DEADLINE MISSES", Align::Right),
+    ];
+    let throttled: Vec<String> = value::COMPONENTS
+        .iter()
+        .map(|c| format!("THROTTLED {c} S"))
+        .collect();
+    let modes: Vec<String> = value::MODES.iter().map(|m| format!("{m} S")).collect();
+    headers.extend(throttled.iter().map(|h| (h.as_str(), Align::Right)));
+    headers.extend(modes.iter().map(|h| (h.as_str(), Align::Right)));
+    table(&mut out, &headers, &buckets);
+    out.push('\n');
+    let points: Vec<Vec<String>> = detail
+        .backlog
+        .iter()
+        .map(|p| {
+            let mut row = vec![format_rfc3339(p.at_ms)];
+            row.extend(tiers.iter().map(|t| {
+                p.tiers
+                    .get(*t)
+                    .and_then(|b| b.records)
+                    .map_or_else(|| "-".to_owned(), |r| r.to_string())
+            }));
+            row
+        })
+        .collect();
+    let tier_headers: Vec<String> = tiers.iter().map(|t| format!("BACKLOG {t}")).collect();
+    let mut headers = vec![("HEALTH REPORT", Align::Left)];
+    headers.extend(tier_headers.iter().map(|h| (h.as_str(), Align::Right)));
+    table(&mut out, &headers, &points);
     out
 }
