@@ -375,6 +375,45 @@ async fn every_column_of_the_machines_table_is_what_the_machines_sent_from_both_
         }
     }
 
+    // truck-a's detail over the day, from both sources: every version with its first and last
+    // event, its health report, and its counters in hourly buckets that add up to what it sent.
+    let detail_json =
+        |source: Option<&str>| fleet_json(&gateway, at, source, &["--machine", "truck-a"]);
+    let detail = detail_json(None);
+    assert_eq!(detail, detail_json(Some(&prometheus.base_url())));
+    let detail: Value = serde_json::from_str(&detail).unwrap();
+    assert_eq!(detail["machine_class"], "haul-truck");
+    assert_eq!(detail["last_event_ms"], ms(t(21)));
+    assert_eq!(
+        detail["model_versions"],
+        json!([
+            {"model": MODEL, "model_version": "4.2.1", "first_event_ms": ms(t(5)), "last_event_ms": ms(t(10))},
+            {"model": MODEL, "model_version": "4.3.0", "first_event_ms": ms(t(15)), "last_event_ms": ms(t(20))},
+        ])
+    );
+    assert_eq!(
+        detail["backlog"],
+        json!([{
+            "at_ms": ms(t(21)),
+            "tiers": {
+                "safety": {"records": 0, "bytes": 0},
+                "slo": {"records": 12, "bytes": 4096},
+                "debug": {"records": 900, "bytes": 2_500_000},
+            },
+        }])
+    );
+    assert_eq!(detail["online"], true);
+    assert_eq!(detail["partitions"], json!([]));
+    let buckets = detail["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 24);
+    let total = |field: &str, key: &str| -> f64 {
+        buckets.iter().filter_map(|b| b[field][key].as_f64()).sum()
+    };
+    assert_eq!(total("throttled_seconds", "gpu"), 20.25 + 9.5);
+    assert_eq!(total("throttled_seconds", "cpu"), 2.0 + 3.0);
+    assert_eq!(total("mode_seconds", "autonomous"), 600.0 + 540.0);
+    assert_eq!(total("mode_seconds", "manual"), 120.0 + 60.0);
+
     // The text table: the same rows, in the same order, every column.
     let text = gateway.command(&["fleet", "--at", &edgewatch_slo::format_rfc3339(at)]);
     let lines: Vec<&str> = text.lines().collect();
