@@ -572,7 +572,8 @@ pub enum Tier {
     /// critical thermal trips, model changes, loss of safety data. Never evicted for a lower tier.
     Safety = 1,
     /// Cumulative counters stamped with event time: cycles, misses, latency histogram, throttled,
-    /// autonomous seconds, energy. A lost sample costs resolution, never counts.
+    /// autonomous seconds, energy; and the agent's health. A lost sample costs resolution, never
+    /// counts.
     Slo = 2,
     /// Raw samples and logs. First to be evicted.
     Debug = 3,
