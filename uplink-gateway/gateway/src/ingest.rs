@@ -410,9 +410,8 @@ impl<'s> FleetWrite<'s> {
     }
 
     /// What a batch with new events says of its machine: its arrival (when later than the last
-    /// one written),
-    /// the newest event time (when it rose), and the online state of the last status message
-    /// again when that was written [`ONLINE_REFRESH_MS`] ago.
+    /// one written), the newest event time (when it rose), and the online state of the last
+    /// status message again when that was written [`ONLINE_REFRESH_MS`] ago.
     fn batch(&mut self, base: &BaseLabels<'_>, newest_event_ms: Option<i64>) {
         if self.arrival_ms > self.state.arrival_series_ms {
             self.state.arrival_series_ms = self.arrival_ms;
@@ -866,11 +865,6 @@ fn ingest_batch(
     let (mut ranges, _) = writer.dedup_get(&key)?.unwrap_or_default();
     let mut state = writer.machine_get(&batch.machine_id)?;
     note_arrival(&mut state, config, arrival_ns, stats);
-    // A machine class that is not a label value refuses every counter event of the batch; the
-    // lenient labels (class `unknown`) name what they would have written, and the machine's
-    // fleet series, so it is still listed.
-    let strict = BaseLabels::of(batch);
-    let base = strict.unwrap_or_else(|| BaseLabels::lenient(batch));
     if ranges.contains_all(batch.first_seq, batch.last_seq) {
         // A redelivery changes nothing, not even the machine's last arrival.
         stats.batches_duplicate += 1;
@@ -886,6 +880,11 @@ fn ingest_batch(
             "Batch sent time is far from its arrival: the agent's clock is skewed."
         );
     }
+    // A machine class that is not a label value refuses every counter event of the batch; the
+    // lenient labels (class `unknown`) name what they would have written, and the machine's
+    // fleet series, so it is still listed.
+    let strict = BaseLabels::of(batch);
+    let base = strict.unwrap_or_else(|| BaseLabels::lenient(batch));
     let is_safety = batch.tier == Tier::Safety as i32;
     let mut new_events = 0u64;
     let mut duplicate_events = 0u64;
