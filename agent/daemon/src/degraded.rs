@@ -79,7 +79,7 @@ impl<'a> StoreView<'a> {
 
 /// Routes the agent's health reports: the first one while the store is unavailable goes to the
 /// safety tier (held in memory, so the fault reaches the cloud once the store is back), every
-/// other one to the debug tier.
+/// other one to the tier health reports usually travel in.
 #[derive(Debug, Default)]
 pub struct FaultReports {
     /// The fault (by its start) already reported in the safety tier.
@@ -92,14 +92,15 @@ impl FaultReports {
         self.reported != Some(fault.since)
     }
 
-    /// The tier of the next health report, given the store's fault now.
-    pub fn tier(&mut self, fault: Option<&StoreFault<'_>>) -> Tier {
+    /// The tier of the next health report, given the store's fault now and the tier health
+    /// reports `usually` travel in.
+    pub fn tier(&mut self, fault: Option<&StoreFault<'_>>, usually: Tier) -> Tier {
         match fault {
             Some(fault) if self.reported != Some(fault.since) => {
                 self.reported = Some(fault.since);
                 Tier::Safety
             }
-            _ => Tier::Debug,
+            _ => usually,
         }
     }
 }
@@ -126,13 +127,17 @@ mod tests {
     #[test]
     fn one_health_report_per_fault_goes_to_the_safety_tier() {
         let mut reports = FaultReports::default();
-        assert_eq!(reports.tier(None), Tier::Debug);
+        assert_eq!(reports.tier(None, Tier::Slo), Tier::Slo);
         assert!(reports.is_new(&fault(100)));
-        assert_eq!(reports.tier(Some(&fault(100))), Tier::Safety);
+        assert_eq!(reports.tier(Some(&fault(100)), Tier::Slo), Tier::Safety);
         assert!(!reports.is_new(&fault(100)));
-        assert_eq!(reports.tier(Some(&fault(100))), Tier::Debug);
-        assert_eq!(reports.tier(None), Tier::Debug);
-        assert_eq!(reports.tier(Some(&fault(500))), Tier::Safety, "a new fault");
+        assert_eq!(reports.tier(Some(&fault(100)), Tier::Slo), Tier::Slo);
+        assert_eq!(reports.tier(None, Tier::Slo), Tier::Slo);
+        assert_eq!(
+            reports.tier(Some(&fault(500)), Tier::Slo),
+            Tier::Safety,
+            "a new fault"
+        );
     }
 
     #[test]

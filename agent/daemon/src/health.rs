@@ -1,11 +1,14 @@
-//! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
+//! The agent's own health, reported upstream: an `AgentHealth` event in [`HEALTH_TIER`] every
 //! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
-//! logging in to it. [`HealthReporter`] builds the event; [`report_loop`] is the task that
-//! queues it. While the queue's store is unavailable the event names the fault, and the first
-//! such event goes to the safety tier (held in memory until the store is back:
-//! [`crate::degraded`]).
+//! logging in to it (the gateway keeps its backlog figures as series for the fleet view).
+//! [`HealthReporter`] builds the event; [`report_loop`] is the task that queues it. While the
+//! queue's store is unavailable the event names the fault, and the first such event goes to the
+//! safety tier (held in memory until the store is back: [`crate::degraded`]).
 //!
 //! Invariants:
+//! - Health reports travel in the SLO tier, never the debug tier: the debug tier is drained last
+//!   and evicted first, so a machine back from a partition (or with a refused debug topic) would
+//!   report its backlog last, or lose the reports to eviction, exactly when they matter.
 //! - The event is built in one reused structure: after the first report, reporting does not
 //!   allocate.
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
@@ -16,7 +19,7 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::tier::TIERS;
-use edgewatch_proto::v1::{AgentHealth, Event, TierHealth, event};
+use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
 use edgewatch_queue::{QueueStatus, StoreFault};
 use tokio::sync::watch;
 
@@ -30,6 +33,10 @@ use crate::spool::Spool;
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
 /// How soon a store fault is reported after the queue notices it.
 pub const FAULT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The tier health reports travel in: drained after safety records and with the SLO counters,
+/// in order, and evicted only after the debug tier (`docs/events.md`, "Agent health").
+pub const HEALTH_TIER: Tier = Tier::Slo;
 
 /// Builds `AgentHealth` events.
 pub struct HealthReporter {
@@ -136,7 +143,7 @@ impl HealthReporter {
     }
 }
 
-/// Sends an `AgentHealth` event to the debug tier every [`HEALTH_INTERVAL`], the first at once,
+/// Sends an `AgentHealth` event to [`HEALTH_TIER`] every [`HEALTH_INTERVAL`], the first at once,
 /// and one to the safety tier within [`FAULT_CHECK_INTERVAL`] of a store fault, until
 /// `shutdown` turns true.
 pub async fn report_loop(
@@ -178,7 +185,7 @@ pub async fn report_loop(
                 &drain.borrow(),
                 &ingest.borrow(),
             );
-            fault_reports.tier(fault.as_ref())
+            fault_reports.tier(fault.as_ref(), HEALTH_TIER)
         };
         if let Err(error) = spool.append(tier, reporter.event()) {
             tracing::debug!(%error, "The health report was not queued.");

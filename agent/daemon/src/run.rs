@@ -12,7 +12,7 @@
 //!   ingest::IngestServer   the local socket
 //!   sampling::sample_loop  probes, model and sysfs on one tick, tegrastats lines as they come
 //!   status::write_loop     status file every second
-//!   health::report_loop    agent health to the debug tier every minute
+//!   health::report_loop    agent health to the SLO tier every minute
 //!   this task              SIGTERM/SIGINT, systemd READY and WATCHDOG
 //! SIGTERM ─► stop accepting ─► samplers hand in what they hold ─► drain waits briefly for PUBACKs
 //!         ─► final flush ─► exit 0

@@ -496,8 +496,9 @@ pub struct TierHealth {
     #[prost(uint64, tag = "7")]
     pub corrupt: u64,
 }
-/// Debug tier (the safety tier once per queue store fault, see `store_fault`). The agent's own
-/// state.
+/// SLO tier (earlier agents used the debug tier, which is drained last and evicted first; the
+/// safety tier once per queue store fault, see `store_fault`). The agent's own state, every
+/// minute; the gateway keeps its queue backlog as series.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentHealth {
     #[prost(string, tag = "1")]
@@ -583,7 +584,8 @@ pub enum Tier {
     /// critical thermal trips, model changes, loss of safety data. Never evicted for a lower tier.
     Safety = 1,
     /// Cumulative counters stamped with event time: cycles, misses, latency histogram, throttled,
-    /// autonomous seconds, energy. A lost sample costs resolution, never counts.
+    /// autonomous seconds, energy; and the agent's health. A lost sample costs resolution, never
+    /// counts.
     Slo = 2,
     /// Raw samples and logs. First to be evicted.
     Debug = 3,

@@ -1,6 +1,6 @@
 //! The command line: a bad configuration or argument exits with status 64 naming the key; `rules`
-//! renders the catalog; `report` reads an (empty) store; `dashboards` writes what Grafana
-//! provisions.
+//! renders the catalog; `report` and `fleet` read an (empty) store; `dashboards` writes what
+//! Grafana provisions.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
@@ -152,4 +152,38 @@ fn dashboards_with_a_bad_url_or_uid_exit_64_naming_the_flag() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(&format!("`{key}`")), "{stderr}");
     }
+}
+
+#[test]
+fn fleet_arguments_out_of_bounds_exit_64_naming_the_argument() {
+    for (args, named) in [
+        (&["fleet", "--sort", "newest"][..], "--sort"),
+        (&["fleet", "--window", "24"][..], "--window"),
+        (&["fleet", "--window", "10s"][..], "--window"),
+        (&["fleet", "--lookback", "forever"][..], "--lookback"),
+        (&["fleet", "--at", "yesterday"][..], "--at"),
+    ] {
+        let output = gateway(GOOD, args);
+        assert_eq!(output.status.code(), Some(64), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("`{named}`")), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn fleet_on_a_store_without_samples_lists_no_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.redb");
+    drop(edgewatch_gateway::store::Store::open_path(&store).unwrap());
+    let config = GOOD.replace("STORE", &store.display().to_string());
+    let output = gateway(&config, &["fleet", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(table["machines"].as_array().unwrap().len(), 0);
+    let text = gateway(&config, &["fleet"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("No machine has reported"));
 }
