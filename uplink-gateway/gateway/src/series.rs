@@ -590,7 +590,7 @@ pub fn normalize_event(
     match event_time_ok(event.event_time_unix_ns, arrival_ns, max_future_skew_ns) {
         Ok(()) => {}
         Err(TimeProblem::Future) => {
-            let ahead_s = (event.event_time_unix_ns - arrival_ns) / 1_000_000_000;
+            let ahead_s = event.event_time_unix_ns.saturating_sub(arrival_ns) / 1_000_000_000;
             let detail = format!("stamped {ahead_s} s after its arrival");
             return refuse(refusal::FUTURE_TIME, arrival_ms, detail, &b.values);
         }
