@@ -266,6 +266,8 @@ struct RawQueueSettings {
     budget_bytes: Option<u64>,
     cache_bytes: Option<u64>,
     max_record_bytes: Option<u32>,
+    /// Safety events held in memory while the store cannot be opened or written.
+    safety_hold_records: Option<usize>,
     #[serde(default)]
     share_percent: RawPerTier<u8>,
     /// "0s" keeps records until delivered or evicted.
@@ -576,6 +578,9 @@ impl RawQueueSettings {
         }
         if let Some(value) = self.max_record_bytes {
             config.max_record_bytes = value;
+        }
+        if let Some(value) = self.safety_hold_records {
+            config.safety_hold_records = value;
         }
         let shares = self.share_percent;
         config.share_percent.safety = shares.safety.unwrap_or(config.share_percent.safety);
@@ -964,6 +969,23 @@ port = 8883
         assert_eq!(error.key(), Some("queue.budget_bytes"));
         let error = parse(&MINIMAL.replace("[queue]", "[queue]\nsafety_flush_ms = 0")).unwrap_err();
         assert_eq!(error.key(), Some("queue.safety_flush_ms"));
+    }
+
+    #[test]
+    fn the_safety_hold_is_a_key_bounded_by_the_append_index() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(
+            config.queue.queue.get().safety_hold_records,
+            edgewatch_queue::config::DEFAULT_SAFETY_HOLD_RECORDS
+        );
+        let config =
+            parse(&MINIMAL.replace("[queue]", "[queue]\nsafety_hold_records = 100")).unwrap();
+        assert_eq!(config.queue.queue.get().safety_hold_records, 100);
+        for bad in ["0", "4097"] {
+            let text = MINIMAL.replace("[queue]", &format!("[queue]\nsafety_hold_records = {bad}"));
+            let error = parse(&text).unwrap_err();
+            assert_eq!(error.key(), Some("queue.safety_hold_records"), "{bad}");
+        }
     }
 
     #[test]

@@ -1,9 +1,14 @@
-//! The agent's own health, reported upstream: an `AgentHealth` event in the debug tier every
+//! The agent's own health, reported upstream: an `AgentHealth` event in [`HEALTH_TIER`] every
 //! [`HEALTH_INTERVAL`], so an operator sees a machine's queue, uplink and footprint without
-//! logging in to it. [`HealthReporter`] builds the event; [`report_loop`] is the task that
-//! queues it.
+//! logging in to it (the gateway keeps its backlog figures as series for the fleet view).
+//! [`HealthReporter`] builds the event; [`report_loop`] is the task that queues it. While the
+//! queue's store is unavailable the event names the fault, and the first such event goes to the
+//! safety tier (held in memory until the store is back: [`crate::degraded`]).
 //!
 //! Invariants:
+//! - Health reports travel in the SLO tier, never the debug tier: the debug tier is drained last
+//!   and evicted first, so a machine back from a partition (or with a refused debug topic) would
+//!   report its backlog last, or lose the reports to eviction, exactly when they matter.
 //! - The event is built in one reused structure: after the first report, reporting does not
 //!   allocate.
 //! - Reading the process's own figures costs two small reads (`/proc/self/statm`, `getrusage`).
@@ -15,16 +20,23 @@ use std::time::{Duration, SystemTime};
 
 use edgewatch_proto::tier::TIERS;
 use edgewatch_proto::v1::{AgentHealth, Event, Tier, TierHealth, event};
-use edgewatch_queue::QueueStatus;
+use edgewatch_queue::{QueueStatus, StoreFault};
 use tokio::sync::watch;
 
 use crate::clock;
+use crate::degraded::FaultReports;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
 use crate::spool::Spool;
 
 /// How often the agent reports its health.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(60);
+/// How soon a store fault is reported after the queue notices it.
+pub const FAULT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The tier health reports travel in: drained after safety records and with the SLO counters,
+/// in order, and evicted only after the debug tier (`docs/events.md`, "Agent health").
+pub const HEALTH_TIER: Tier = Tier::Slo;
 
 /// Builds `AgentHealth` events.
 pub struct HealthReporter {
@@ -66,6 +78,7 @@ impl HealthReporter {
         now: SystemTime,
         monotonic_ns: u64,
         queue: &QueueStatus,
+        store_fault: Option<&StoreFault<'_>>,
         drain: &DrainStats,
         ingest: &IngestStats,
     ) -> &Event {
@@ -84,6 +97,16 @@ impl HealthReporter {
             health.publishes_refused = drain.refused;
             health.reconnects = drain.disconnects;
             health.local_rejected = ingest.rejected;
+            health.store_fault.clear();
+            health.store_fault_seconds = 0.0;
+            health.store_held_safety = 0;
+            if let Some(fault) = store_fault {
+                health.store_fault.push_str(fault.reason);
+                health.store_fault_seconds = now
+                    .duration_since(fault.since)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                health.store_held_safety = fault.held_safety as u64;
+            }
             for (slot, (_, tier)) in health.tiers.iter_mut().zip(queue.tiers.iter()) {
                 slot.records = tier.records;
                 slot.bytes = tier.bytes;
@@ -93,6 +116,11 @@ impl HealthReporter {
                 slot.corrupt = tier.corrupt;
             }
         }
+        &self.event
+    }
+
+    /// The event the last [`HealthReporter::build`] built.
+    pub fn event(&self) -> &Event {
         &self.event
     }
 
@@ -115,8 +143,9 @@ impl HealthReporter {
     }
 }
 
-/// Sends an `AgentHealth` event to the debug tier every [`HEALTH_INTERVAL`], the first at once,
-/// until `shutdown` turns true.
+/// Sends an `AgentHealth` event to [`HEALTH_TIER`] every [`HEALTH_INTERVAL`], the first at once,
+/// and one to the safety tier within [`FAULT_CHECK_INTERVAL`] of a store fault, until
+/// `shutdown` turns true.
 pub async fn report_loop(
     spool: Spool,
     drain: Rc<RefCell<DrainStats>>,
@@ -124,24 +153,41 @@ pub async fn report_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut reporter = HealthReporter::new(clock::wall());
+    let mut fault_reports = FaultReports::default();
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut look = tokio::time::interval(FAULT_CHECK_INTERVAL);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate: report once at start.
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
+        let due = tokio::select! {
+            _ = tick.tick() => true,
+            _ = look.tick() => false,
             _ = shutdown.changed() => return,
+        };
+        // Besides every interval, at once when the queue's store becomes unavailable.
+        let new_fault = spool
+            .queue()
+            .store_fault()
+            .is_some_and(|fault| fault_reports.is_new(&fault));
+        if !due && !new_fault {
+            continue;
         }
         let now = clock::wall();
-        let queue = spool.queue().status(now);
-        let event = reporter.build(
-            now,
-            clock::monotonic_ns(),
-            &queue,
-            &drain.borrow(),
-            &ingest.borrow(),
-        );
-        if let Err(error) = spool.append(Tier::Debug, event) {
+        let tier = {
+            let queue = spool.queue();
+            let fault = queue.store_fault();
+            reporter.build(
+                now,
+                clock::monotonic_ns(),
+                &queue.status(now),
+                fault.as_ref(),
+                &drain.borrow(),
+                &ingest.borrow(),
+            );
+            fault_reports.tier(fault.as_ref(), HEALTH_TIER)
+        };
+        if let Err(error) = spool.append(tier, reporter.event()) {
             tracing::debug!(%error, "The health report was not queued.");
         }
     }
@@ -176,6 +222,7 @@ mod tests {
             SystemTime::now(),
             1,
             &queue,
+            None,
             &drain,
             &IngestStats::default(),
         );

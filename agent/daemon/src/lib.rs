@@ -8,6 +8,10 @@
 //! - [`spool`]: the one handle on the queue, the group-commit flusher, the samplers' sink and the
 //!   one "records are durable" signal.
 //! - [`sampling`]: the sampling loop (probes, model, sysfs, tegrastats) and its source statuses.
+//! - [`degraded`]: what the agent reports while the queue's store cannot be opened or written
+//!   (status file section, one safety-tier health report per fault); the queue holds safety
+//!   events and retries meanwhile.
+//! - [`compaction`]: compacts the queue file after a backlog, copying on a blocking thread.
 //! - [`drain`]: empties the queue over MQTT v5 (the `[uplink]` section), safety first, deletion
 //!   only on a success PUBACK in the same queue epoch; its decisions are a sans-IO core
 //!   (`drain::core`), rumqttc runs in a shell that only moves bytes (`drain::link`).
@@ -19,8 +23,9 @@
 //! - [`systemd`]: READY/WATCHDOG notifications.
 //!
 //! Module dependencies point one way: `run` imports the tasks (`sampling`, `drain`, `ingest`,
-//! `status`, `health`); they import `spool`, `clock`, `config` and `pacing`, and `status`, `health`
-//! and `sampling` also read the types of the tasks they report on. Nothing imports `run`.
+//! `status`, `health`, `compaction`); they import `spool`, `clock`, `config` and `pacing`, and
+//! `status`, `health` and `sampling` also read the types of the tasks they report on (`status`
+//! and `health` read `degraded`, which imports only `clock`). Nothing imports `run`.
 //!
 //! Invariants:
 //! - The agent never shares a core with a control loop and never takes a lock a loop could wait
@@ -29,7 +34,9 @@
 //!   counted, reported loss.
 
 pub mod clock;
+pub mod compaction;
 pub mod config;
+pub mod degraded;
 pub mod drain;
 pub mod health;
 pub mod ingest;

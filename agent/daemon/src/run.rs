@@ -3,13 +3,16 @@
 //! starts them in order and stops them in order.
 //!
 //! ```text
-//! placement (cores, SCHED_IDLE, idle I/O) ─► queue open (quarantine if corrupt) ─► runtime:
-//!   spool::Flusher         group commit (≤ 10 ms for safety appends by default); durable signal
+//! placement (cores, SCHED_IDLE, idle I/O) ─► queue open (quarantine if corrupt; without its
+//!                                              store if it cannot be opened: degraded) ─► runtime:
+//!   spool::Flusher         group commit (≤ 10 ms for safety appends by default); durable signal;
+//!                          reopens an unavailable store when the queue says
 //!   drain::Drain           drains the queue over MQTT
+//!   compaction             compacts the queue file after a backlog, the copy on its own thread
 //!   ingest::IngestServer   the local socket
 //!   sampling::sample_loop  probes, model and sysfs on one tick, tegrastats lines as they come
 //!   status::write_loop     status file every second
-//!   health::report_loop    agent health to the debug tier every minute
+//!   health::report_loop    agent health to the SLO tier every minute
 //!   this task              SIGTERM/SIGINT, systemd READY and WATCHDOG
 //! SIGTERM ─► the socket stops accepting and reading; samplers hand in what they hold; the
 //!            flusher commits every append at once; drain waits briefly for PUBACKs
@@ -20,6 +23,9 @@
 //! Invariants:
 //! - The agent never runs on a control-loop core and never runs at normal priority when
 //!   `scheduling.idle_priority` is set: placement failures stop it before anything starts.
+//! - A queue store that cannot be opened or written (not corruption) never stops the agent:
+//!   it runs degraded ([`crate::degraded`]) until the store is back. Only a bad configuration
+//!   and another agent on the same queue stop it.
 //! - One thread does all the work; the queue is shared by reference inside it (the [`Spool`]),
 //!   never locked.
 //! - Whatever the tasks left pending is flushed after they stopped, before the process exits:
@@ -34,6 +40,7 @@ use edgewatch_queue::Queue;
 use tokio::sync::watch;
 
 use crate::clock;
+use crate::compaction;
 use crate::config::Config;
 use crate::drain::{Drain, DrainError, DrainStats};
 use crate::ingest::{IngestServer, IngestStats};
@@ -66,7 +73,11 @@ pub enum RunError {
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), RunError> {
     placement::apply(&config.scheduling)?;
-    let (queue, report) = Queue::open(config.queue.queue.get().clone(), clock::wall())?;
+    let (queue, report) = Queue::open_or_hold(config.queue.queue.get().clone(), clock::wall())?;
+    if let Some(reason) = &report.unavailable {
+        tracing::error!(%reason, "The queue store cannot be opened; the agent runs without it, \
+            holding safety events in memory, and retries it with backoff.");
+    }
     if let Some(quarantined) = &report.quarantined {
         tracing::error!(moved_to = %quarantined.moved_to.display(), reason = %quarantined.reason, epoch = report.epoch, "The queue store would not open; it was moved aside and a new queue started.");
     }
@@ -114,6 +125,10 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         Rc::clone(&sources),
         shutdown_rx.clone(),
     ));
+    let compaction_task = tokio::task::spawn_local(compaction::compaction_loop(
+        spool.clone(),
+        shutdown_rx.clone(),
+    ));
     let health_task = tokio::task::spawn_local(health::report_loop(
         spool.clone(),
         Rc::clone(&drain_stats),
@@ -145,6 +160,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
         tracing::warn!(%error, "The uplink stopped with an error.");
     }
     let _ = status_task.await;
+    let _ = compaction_task.await;
     // Whatever the tasks left pending becomes durable before exit: the flusher's final flush.
     let _ = stop_flusher.send(true);
     let _ = flusher_task.await;

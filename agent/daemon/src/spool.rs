@@ -12,19 +12,24 @@
 //! - The queue is shared by reference on the runtime's one thread, never locked: every borrow
 //!   ends before the task holding it awaits, so no task finds the queue borrowed.
 //! - One signal says what became of appends: the [`Durable`] value the flusher publishes after
-//!   each flush (the queue's epoch, the highest durable number per tier, and the ranges a failed
-//!   flush dropped). Local-socket replies wait on it and the drain wakes on its changes. A ticket
-//!   is durable only in its own epoch, at or below its tier's durable number and outside every
-//!   dropped range; nothing else lets a reply claim durability.
+//!   each flush (the queue's epoch, the highest durable number per tier, the ranges a failed
+//!   flush dropped, and whether the store is unavailable). Local-socket replies wait on it and
+//!   the drain wakes on its changes. A ticket is durable only in its own epoch, at or below its
+//!   tier's durable number and outside every dropped range; nothing else lets a reply claim
+//!   durability. A ticket of another epoch (a quarantine), a dropped one, or a safety append
+//!   held in memory while the store is unavailable is settled with the reason ([`NotDurable`]).
 //! - When to flush is the queue's decision (`next_flush_at`, `flush_scheduled`: its group-commit
-//!   intervals and the safety commit's carry limit). An append whose flush is due before the
-//!   deadline the flusher sleeps for (or while it sleeps with none) wakes it at once, so a safety
-//!   append is durable within the safety interval and any append within its tier's interval,
-//!   whatever else waits. Work the queue takes without an append (acknowledgements, dead
-//!   letters) is found by the flusher's next wake: it sleeps on the monotonic clock, at most a
-//!   bulk interval. A failed flush is logged and retried 100 ms later.
-//! - From shutdown on, the flusher commits whatever is appended at once, so that every accepted
-//!   submission is answered before the agent exits; once stopped it makes a final flush.
+//!   intervals, the safety commit's carry limit, and while its store is unavailable the next
+//!   reopen attempt). An append whose flush is due before the deadline the flusher sleeps for
+//!   (or while it sleeps with none) wakes it at once, so a safety append is durable within the
+//!   safety interval and any append within its tier's interval, whatever else waits. Work the
+//!   queue takes without an append (acknowledgements, dead letters, a compaction's copy) is
+//!   found by the flusher's next wake ([`Spool::wake_flusher`] brings it forward): it sleeps on
+//!   the monotonic clock, at most a bulk interval. A failed flush is logged and retried when the
+//!   queue says, at the earliest 100 ms later.
+//! - From shutdown on, the flusher commits whatever is appended at once (while the store works),
+//!   so that every accepted submission is answered before the agent exits; once stopped it
+//!   makes a final flush.
 //! - What samplers keep across restarts goes into the queue's key-value area, staged after the
 //!   events it describes, so it is durable with them; a sampling pass makes room first
 //!   ([`SamplerSink::make_room`]), so no flush of a full buffer falls between the two.
@@ -66,9 +71,32 @@ pub enum Fate {
     Durable,
     /// Dropped by a flush that failed (counted by the queue as a loss).
     Dropped,
+    /// Held in memory, not durable: the store is unavailable (only safety appends are held); the
+    /// queue writes it once the store is back.
+    Held,
     /// The queue was replaced (a damaged store quarantined, a new epoch) before the record was
     /// written; its number means nothing in the new epoch.
-    Replaced,
+    Quarantined {
+        /// The epoch the number was given in.
+        old: u64,
+        /// The epoch now.
+        new: u64,
+    },
+    /// Appended while the store had never opened (epoch 0) and written since, under a number of
+    /// the store's epoch that the ticket does not hold.
+    HeldThenWritten {
+        /// The store's epoch.
+        new: u64,
+    },
+    /// The flusher stopped (the agent is stopping) before the record was durable.
+    Stopped,
+}
+
+impl Fate {
+    /// True until the fate is known.
+    pub fn is_pending(self) -> bool {
+        self == Fate::Pending
+    }
 }
 
 /// Sequence ranges (inclusive) a failed flush dropped in one tier, oldest first.
@@ -99,12 +127,16 @@ impl Refusals {
     }
 }
 
-/// The durable signal's value: what the last flush made durable or dropped.
+/// The durable signal's value: what the last flush made durable or dropped, and whether the
+/// store is unavailable.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Durable {
     epoch: u64,
     seqs: PerTier<u64>,
     dropped: PerTier<Refusals>,
+    /// The last flush failed (the queue holds safety appends in memory until a commit succeeds),
+    /// or the store never opened.
+    unavailable: bool,
 }
 
 impl Durable {
@@ -117,6 +149,7 @@ impl Durable {
                 debug: queue.durable_seq(Tier::Debug),
             },
             dropped: PerTier::default(),
+            unavailable: queue.store_fault().is_some(),
         }
     }
 
@@ -125,11 +158,20 @@ impl Durable {
         // Tier::Unspecified is never appended; it reads as debug.
         let ix = tier::index(ticket.tier).unwrap_or(tier::DEBUG);
         if ticket.epoch != self.epoch {
-            Fate::Replaced
+            if ticket.epoch == 0 {
+                Fate::HeldThenWritten { new: self.epoch }
+            } else {
+                Fate::Quarantined {
+                    old: ticket.epoch,
+                    new: self.epoch,
+                }
+            }
         } else if self.dropped.at(ix).contains(ticket.seq) {
             Fate::Dropped
         } else if ticket.seq <= *self.seqs.at(ix) {
             Fate::Durable
+        } else if self.unavailable {
+            Fate::Held
         } else {
             Fate::Pending
         }
@@ -145,9 +187,14 @@ impl Durable {
                     self.dropped = PerTier::default();
                 }
                 self.seqs = outcome.durable;
+                self.unavailable = false;
                 (&outcome.refused, outcome.committed)
             }
-            Err(error) => (&error.refused, false),
+            Err(error) => {
+                // Every failed flush leaves the store unavailable until a commit succeeds.
+                self.unavailable = true;
+                (&error.refused, false)
+            }
         };
         for ix in 0..3 {
             if let Some(range) = *refused.at(ix) {
@@ -156,6 +203,50 @@ impl Durable {
         }
         committed || *self != before
     }
+}
+
+/// Why a waiter's event is not confirmed durable under the number it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDurable {
+    /// The store cannot be written: the event is held in memory (safety) until it can.
+    #[error(
+        "not durable: the queue store is unavailable ({reason}); the event is held in memory \
+         and written when the store is back"
+    )]
+    Unavailable {
+        /// What failed.
+        reason: String,
+    },
+    /// The store was damaged and replaced while the event waited: its number is void (the
+    /// new epoch gives the same numbers to other records).
+    #[error(
+        "the queue store was quarantined while this event waited (epoch {old:016x} replaced by \
+         {new:016x}): the number it was given is void"
+    )]
+    Quarantined {
+        /// The epoch the number was given in.
+        old: u64,
+        /// The epoch now.
+        new: u64,
+    },
+    /// The store was unavailable when the event arrived and opened since: the event was held,
+    /// then written under a number of the store's epoch.
+    #[error(
+        "the queue store was unavailable when this event arrived; it was held in memory and \
+         has since been written in epoch {new:016x}, under a number this reply cannot give"
+    )]
+    HeldThenWritten {
+        /// The store's epoch.
+        new: u64,
+    },
+    /// A flush that failed dropped the event (an SLO or debug one), counted as lost.
+    #[error(
+        "the queue could not write the event (a store failure); it was dropped and counted as lost"
+    )]
+    Dropped,
+    /// The flusher stopped (the agent is stopping) before the event was durable.
+    #[error("the agent stopped before this event was durable")]
+    Stopped,
 }
 
 /// The queue and its durable signal, shared by the tasks of the runtime (cloning shares).
@@ -210,17 +301,42 @@ impl Spool {
         self.durable.borrow().fate(ticket)
     }
 
-    /// Waits until `ticket` is durable, dropped or replaced, and says which.
+    /// Waits until the fate of `ticket` is known, and says it ([`Fate::Stopped`] if the flusher
+    /// stopped first).
     pub async fn settled(&self, ticket: Ticket) -> Fate {
         let mut durable = self.durable.clone();
         let mut fate = Fate::Pending;
-        let _ = durable
+        let waited = durable
             .wait_for(|durable| {
                 fate = durable.fate(ticket);
-                fate != Fate::Pending
+                !fate.is_pending()
             })
             .await;
-        fate
+        if waited.is_err() {
+            fate = self.durable.borrow().fate(ticket);
+        }
+        if fate.is_pending() {
+            Fate::Stopped
+        } else {
+            fate
+        }
+    }
+
+    /// Why `fate` is not durable, in words for the client; `None` for a durable or pending one.
+    pub fn not_durable(&self, fate: Fate) -> Option<NotDurable> {
+        Some(match fate {
+            Fate::Pending | Fate::Durable => return None,
+            Fate::Held => NotDurable::Unavailable {
+                reason: self.queue.borrow().store_fault().map_or_else(
+                    || "a flush failed".to_owned(),
+                    |fault| fault.reason.to_owned(),
+                ),
+            },
+            Fate::Dropped => NotDurable::Dropped,
+            Fate::Quarantined { old, new } => NotDurable::Quarantined { old, new },
+            Fate::HeldThenWritten { new } => NotDurable::HeldThenWritten { new },
+            Fate::Stopped => NotDurable::Stopped,
+        })
     }
 
     /// The durable signal as a stream of wake-ups, for a task that reads whatever became durable.
@@ -236,6 +352,11 @@ impl Spool {
     /// The queue, for changing. The borrow must end before the caller awaits.
     pub fn queue_mut(&self) -> RefMut<'_, Queue> {
         self.queue.borrow_mut()
+    }
+
+    /// Wakes the flusher (the queue has work due sooner than it was told).
+    pub fn wake_flusher(&self) {
+        self.appended.notify_one();
     }
 }
 
@@ -267,16 +388,20 @@ impl Flusher {
         let spool = &self.spool;
         let mut stopping = false;
         loop {
-            let (next, bulk_interval) = {
+            let (next, bulk_interval, unavailable) = {
                 let queue = spool.queue();
-                (queue.next_flush_at(), queue.config().bulk_flush_interval)
+                (
+                    queue.next_flush_at(),
+                    queue.config().bulk_flush_interval,
+                    queue.store_fault().is_some(),
+                )
             };
             // The deadline is read from the queue's (wall) times once, then slept on the
             // monotonic clock, at most one bulk interval: a step of the wall clock cannot
             // postpone a flush by more, and work taken without an append is found as soon.
             spool.armed.set(next);
             let wait = match next {
-                Some(_) if stopping => Duration::ZERO,
+                Some(_) if stopping && !unavailable => Duration::ZERO,
                 Some(at) => at
                     .duration_since(clock::wall())
                     .unwrap_or(Duration::ZERO)
@@ -298,6 +423,11 @@ impl Flusher {
                 _ = stop.wait_for(|&s| s) => break,
             }
             let now = clock::wall();
+            // An unavailable store is tried again when the queue's backoff says, not at each
+            // wake.
+            if unavailable && !spool.queue().flush_due(now) {
+                continue;
+            }
             let result = spool.queue_mut().flush_scheduled(now);
             self.publish(&result);
             if let Err(error) = result {
@@ -541,7 +671,8 @@ mod tests {
         });
         assert!(durable.update(&failed));
         assert_eq!(durable.fate(ticket(7, 4)), Fate::Dropped);
-        assert_eq!(durable.fate(ticket(7, 6)), Fate::Pending);
+        // Not dropped, not durable: held in memory while the store is unavailable.
+        assert_eq!(durable.fate(ticket(7, 6)), Fate::Held);
         assert!(durable.update(&Ok(outcome(7, 9, None))));
         for seq in 3..=5 {
             assert_eq!(durable.fate(ticket(7, seq)), Fate::Dropped);
@@ -565,7 +696,15 @@ mod tests {
         };
         durable.update(&Ok(outcome(7, 3, Some((2, 2)))));
         durable.update(&Ok(outcome(8, 5, None)));
-        assert_eq!(durable.fate(ticket(7, 1)), Fate::Replaced);
+        assert_eq!(
+            durable.fate(ticket(7, 1)),
+            Fate::Quarantined { old: 7, new: 8 }
+        );
+        assert_eq!(
+            durable.fate(ticket(0, 1)),
+            Fate::HeldThenWritten { new: 8 },
+            "a ticket given before the store ever opened"
+        );
         assert_eq!(
             durable.fate(ticket(8, 2)),
             Fate::Durable,

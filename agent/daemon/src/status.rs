@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::clock::{self, unix_ms};
 use crate::config::Config;
+use crate::degraded::StoreView;
 use crate::drain::DrainStats;
 use crate::ingest::IngestStats;
 use crate::spool::Spool;
@@ -42,6 +43,9 @@ pub struct AgentSnapshot {
     pub uplink: serde_json::Value,
     /// Local ingest counters.
     pub ingest: serde_json::Value,
+    /// The queue's store: available, or why not and what is held meanwhile.
+    #[serde(default)]
+    pub store: serde_json::Value,
     /// Sampling sources and the age of their last sample.
     pub sources: Vec<SourceStatus>,
 }
@@ -73,6 +77,9 @@ pub struct SnapshotView<'a> {
     pub uplink: &'a DrainStats,
     /// Local ingest counters.
     pub ingest: &'a IngestStats,
+    /// The queue's store: available, or why not (its status snapshot lives on that store and
+    /// may not be written meanwhile: this one is).
+    pub store: StoreView<'a>,
     /// Sampling sources and the age of their last sample.
     pub sources: &'a [SourceStatus],
 }
@@ -83,6 +90,7 @@ impl<'a> SnapshotView<'a> {
         started: SystemTime,
         uplink: &'a DrainStats,
         ingest: &'a IngestStats,
+        store: StoreView<'a>,
         sources: &'a [SourceStatus],
     ) -> Self {
         let now = clock::wall();
@@ -93,6 +101,7 @@ impl<'a> SnapshotView<'a> {
             uptime_s: now.duration_since(started).map_or(0, |d| d.as_secs()),
             uplink,
             ingest,
+            store,
             sources,
         }
     }
@@ -194,7 +203,9 @@ pub async fn write_loop(
         }
         spool.queue_mut().refresh_status_snapshot(clock::wall());
         let (drain, ingest, sources) = (drain.borrow(), ingest.borrow(), sources.borrow());
-        let snapshot = SnapshotView::now(started, &drain, &ingest, &sources);
+        let queue = spool.queue();
+        let store = StoreView::of(queue.store_fault(), queue.config().safety_hold_records);
+        let snapshot = SnapshotView::now(started, &drain, &ingest, store, &sources);
         if let Err(error) = status.write(&snapshot) {
             tracing::warn!(%error, "The status file could not be written.");
         }
@@ -380,6 +391,27 @@ pub fn render_text(status: &Status) -> String {
             agent.ingest["accepted"].as_u64().unwrap_or(0),
             agent.ingest["rejected"].as_u64().unwrap_or(0)
         );
+        let store = &agent.store;
+        if store["available"].as_bool() == Some(false) {
+            let now = unix_ms(clock::wall());
+            let ago = |key: &str| {
+                store[key].as_u64().map_or("-".to_owned(), |ms| {
+                    format!("{} s", now.abs_diff(ms) / 1000)
+                })
+            };
+            let _ = writeln!(
+                out,
+                "store: UNAVAILABLE for {}  held safety {} of {}  attempts {}  next attempt in {}",
+                ago("since_unix_ms"),
+                store["held_safety"].as_u64().unwrap_or(0),
+                store["hold_capacity"].as_u64().unwrap_or(0),
+                store["attempts"].as_u64().unwrap_or(0),
+                ago("next_attempt_unix_ms"),
+            );
+            let _ = writeln!(out, "  {}", store["fault"].as_str().unwrap_or(""));
+        } else if store["available"].as_bool() == Some(true) {
+            let _ = writeln!(out, "store: available");
+        }
         let _ = writeln!(out, "sources:");
         if agent.sources.is_empty() {
             let _ = writeln!(out, "  (none configured)");

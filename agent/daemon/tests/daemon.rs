@@ -152,10 +152,10 @@ fn status_reports_queue_uplink_and_staleness_without_touching_the_agent() {
     }
     let json = agent.status();
     assert_eq!(json["queue"]["tiers"].as_array().unwrap().len(), 3);
-    // The agent reports its own health upstream at start (then every minute).
+    // The agent reports its own health upstream at start (then every minute), in the SLO tier.
     assert!(wait_until(Duration::from_secs(10), || {
         collector.snapshot().iter().any(|r| {
-            r.tier == Tier::Debug
+            r.tier == Tier::Slo
                 && matches!(&r.event.kind, Some(event::Kind::AgentHealth(h)) if h.rss_bytes > 0 && h.tiers.len() == 3)
         })
     }));

@@ -188,8 +188,11 @@ fn a_link_cut_under_a_bandwidth_cap_delays_a_ten_megabyte_backlog_only_by_the_re
 }
 
 /// Mosquitto's `message_size_limit` answers a larger publish with PUBACK 0x95, which rumqttc
-/// cannot decode: the connection fails with the batch in flight. The agent halves that batch,
-/// remembers the size the broker refused, and goes on.
+/// cannot decode, and closes the connection: it fails with the batch in flight. The agent halves
+/// that batch, remembers the size the broker refused, and goes on. A batch the agent wrote behind
+/// the refused one would meet the reset and hide the refusal (a bare link failure, the same
+/// batches again on the next connection): the count of connections and refusals checks it never
+/// does.
 #[test]
 fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() {
     let broker = Mosquitto::start_with(MosquittoOptions {
@@ -200,6 +203,15 @@ fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() 
     let proxy = FaultProxy::start(broker.addr()).unwrap();
     let collector = Collector::start(broker.addr()).unwrap();
     let agent = Agent::start(proxy.addr(), "truck-22", 0);
+    // Every failure shows what both ends saw: the agent's log and the broker's account of the
+    // agent's connections.
+    let logs = || {
+        format!(
+            "agent log:\n{}\nbroker log of truck-22:\n{}",
+            agent.log(),
+            client_lines(&broker.log(), "truck-22", 300)
+        )
+    };
     // About 1 MB on the wire, in packaged batches of 256 KiB.
     agent.submit(Tier::Debug, DEBUG_IDS, 600, 2_600);
     let arrived = wait_until(Duration::from_secs(120), || {
@@ -208,10 +220,10 @@ fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() 
     let connected = connections(&proxy);
     assert!(
         arrived,
-        "{} of 600 arrived after {connected} connections; uplink: {}; log:\n{}",
+        "{} of 600 arrived after {connected} connections; uplink: {}; {}",
         collector.ids(Tier::Debug).len(),
         agent.uplink(),
-        agent.log()
+        logs()
     );
     // The status file (rewritten every second) reports the refusal.
     assert!(
@@ -222,19 +234,40 @@ fn a_broker_refusing_large_packets_gets_smaller_batches_not_a_reconnect_storm() 
                     .as_str()
                     .is_some_and(|text| text.contains("PacketTooLarge"))
         }),
-        "uplink: {}",
-        agent.uplink()
+        "uplink: {}; {}",
+        agent.uplink(),
+        logs()
     );
     let uplink = agent.uplink();
     eprintln!("600 events arrived over {connected} connections; uplink: {uplink}");
     // One connection, plus one per halving: 256 KiB, 128 KiB, then under the limit.
-    assert!(connected <= 4, "{connected} connections; uplink: {uplink}");
+    assert!(
+        connected <= 4,
+        "{connected} connections; uplink: {uplink}; {}",
+        logs()
+    );
     assert_eq!(
         uplink["refused"].as_u64(),
         Some(connected - 1),
-        "each refusal cost one connection"
+        "each refusal cost one connection; uplink: {uplink}; {}",
+        logs()
     );
-    assert_eq!(uplink["dead_lettered"], serde_json::json!([0, 0, 0]));
+    assert_eq!(
+        uplink["dead_lettered"],
+        serde_json::json!([0, 0, 0]),
+        "{}",
+        logs()
+    );
+}
+
+/// The last `lines` lines of a Mosquitto log about the client `id` (what it sent, what it was
+/// answered, how its connections ended), without the copies sent on to subscribers.
+fn client_lines(log: &str, id: &str, lines: usize) -> String {
+    let about: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(id) && !line.contains("Sending PUBLISH to"))
+        .collect();
+    about[about.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Without a subscriber Mosquitto answers PUBACK 0x10: the records stay, the agent keeps its one

@@ -4,13 +4,15 @@
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use edgewatch_agent::degraded::StoreView;
 use edgewatch_agent::drain::DrainStats;
 use edgewatch_agent::ingest::IngestStats;
 use edgewatch_agent::status::{
     AgentSnapshot, SnapshotView, SourceListWriter, SourceStatus, StatusWriter,
 };
+use edgewatch_queue::StoreFault;
 use edgewatch_test_kit::alloc::CountingAllocator;
 
 #[global_allocator]
@@ -37,6 +39,20 @@ fn refresh(list: &mut Vec<SourceStatus>, tick: u64) {
     let _ = write!(entry.state, "polls {tick}, read errors 0, files 15");
 }
 
+/// The store as the queue reports it: working on even ticks, unavailable on odd ones.
+fn store(tick: u64, since: SystemTime) -> StoreView<'static> {
+    let fault = (tick % 2 == 1).then(|| StoreFault {
+        reason: "queue store at /var/lib/edgewatch-agent/queue.redb is unavailable: disk is full",
+        since,
+        attempts: tick as u32,
+        next_attempt: since + Duration::from_secs(tick),
+        held_safety: tick as usize,
+        hold_capacity: 4096,
+        never_opened: false,
+    });
+    StoreView::of(fault, 4096)
+}
+
 #[test]
 fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +68,13 @@ fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
     for tick in 0..3 {
         refresh(&mut sources, tick);
         writer
-            .write(&SnapshotView::now(started, &uplink, &ingest, &sources))
+            .write(&SnapshotView::now(
+                started,
+                &uplink,
+                &ingest,
+                store(tick, started),
+                &sources,
+            ))
             .unwrap();
     }
     let (allocations, ()) = ALLOCATOR.allocations_during(|| {
@@ -61,7 +83,13 @@ fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
             ingest.accepted += 77;
             refresh(&mut sources, tick);
             writer
-                .write(&SnapshotView::now(started, &uplink, &ingest, &sources))
+                .write(&SnapshotView::now(
+                    started,
+                    &uplink,
+                    &ingest,
+                    store(tick, started),
+                    &sources,
+                ))
                 .unwrap();
         }
     });
@@ -75,6 +103,8 @@ fn the_status_writer_and_the_source_list_allocate_nothing_once_warm() {
     assert_eq!(read.uplink["events_acked"], 197_000_000u64);
     assert_eq!(read.uplink["last_refusal"], "NotAuthorized");
     assert_eq!(read.ingest["accepted"], 197 * 77);
+    assert_eq!(read.store["available"], false, "tick 199 is a fault");
+    assert_eq!(read.store["held_safety"], 199);
 }
 
 #[test]

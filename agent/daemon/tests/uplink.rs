@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use edgewatch_harness::mosquitto::{Mosquitto, MosquittoOptions};
 use edgewatch_harness::pki::FleetPki;
 use edgewatch_harness::proxy::{Fault, FaultProxy};
-use edgewatch_proto::v1::Tier;
+use edgewatch_proto::v1::{Tier, event};
 use prost::Message;
 use util::{Agent, AgentSetup, Collector, Received, submit_all, test_event, test_id, wait_until};
 
@@ -299,11 +299,13 @@ fn a_refused_topic_is_reported_parked_and_the_agent_keeps_draining_its_own_data(
         "{uplink}"
     );
     assert!(collector.ids(Tier::Debug).is_empty());
-    // Nothing was deleted: the refused records wait in the queue, with the agent's start-up health
-    // report, which goes to the debug tier too.
-    assert_eq!(
-        status["queue"]["tiers"][2]["records"].as_u64(),
-        Some(50 + 1)
+    // Nothing was deleted: the refused records wait in the queue, and only they: the agent's
+    // health reports travel in the SLO tier, so a parked debug tier does not hold them back.
+    assert_eq!(status["queue"]["tiers"][2]["records"].as_u64(), Some(50));
+    assert!(
+        collector.snapshot().iter().any(|r| r.tier == Tier::Slo
+            && matches!(&r.event.kind, Some(event::Kind::AgentHealth(h)) if h.tiers.len() == 3)),
+        "no health report arrived while the debug tier was parked"
     );
     assert!(broker.log().contains("Denied PUBLISH from truck-a"));
 }

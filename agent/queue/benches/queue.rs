@@ -4,7 +4,7 @@
 //! `cargo bench -p edgewatch-queue --bench queue` runs every scenario, each in its own child
 //! process (so peak RSS, VmHWM, is per scenario), and prints a markdown table of medians.
 //! `cargo bench -p edgewatch-queue --bench queue -- <scenario>` runs one: safety, bulk, drain,
-//! rss, recovery, space. `EDGEWATCH_BENCH_DIR` chooses where the data goes (default: a
+//! rss, recovery, space, compaction. `EDGEWATCH_BENCH_DIR` chooses where the data goes (default: a
 //! temporary directory beside the system's temp dir).
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used)]
 
@@ -12,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use edgewatch_proto::v1::{Attribute, CustomEvent, Event, Tier, attribute, event::Kind};
 use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
@@ -424,7 +424,7 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
             }
             let after_delete = queue.file_bytes();
             let start = Instant::now();
-            let compacted = queue.compact_if_drained().unwrap();
+            let compacted = queue.compact_if_drained(now()).unwrap();
             let compact_time = start.elapsed();
             let after_compact = queue.file_bytes();
             assert!(compacted);
@@ -452,6 +452,131 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
                 ),
                 mib(after_compact),
                 format!("{} (a log holding only the 10%)", mib(plain_tenth)),
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        "compaction" => {
+            // A backlog of 200,000 debug records of 1 KB, 90 % of it delivered (the newest 10 %
+            // still at the file's end), while safety events keep arriving: one append and its
+            // flush every 10 ms, the agent's safety group commit. The copy runs on its own
+            // thread, as in the agent; the agent's thread pauses only for the flush that swaps.
+            let n = 200_000u64;
+            let dir = fresh_dir(root, "compaction");
+            queue_appends(&dir, Tier::Debug, n, 1000, 1000);
+            let (mut queue, _) = Queue::open(config(&dir, 4 << 30), now()).unwrap();
+            let epoch = queue.epoch();
+            let delivered = n * 9 / 10;
+            let mut first = 1;
+            while first <= delivered {
+                let last = (first + 9_999).min(delivered);
+                queue.ack(Tier::Debug, epoch, first..=last, now());
+                queue.flush(now()).unwrap();
+                first = last + 1;
+            }
+            let high_water = queue.file_bytes();
+            let mut i = 0u64;
+            let mut safety_flush = |queue: &mut Queue| {
+                i += 1;
+                queue.append(Tier::Safety, &event(i, 100), now()).unwrap();
+                let start = Instant::now();
+                queue.flush(now()).unwrap();
+                let took = start.elapsed();
+                std::thread::sleep(Duration::from_millis(10).saturating_sub(took));
+                took
+            };
+            let baseline: Vec<Duration> = (0..300).map(|_| safety_flush(&mut queue)).collect();
+            let job = queue.begin_compaction(now()).expect("a compaction is due");
+            let copy_started = Instant::now();
+            let copy = std::thread::spawn(move || job.run());
+            let mut during = Vec::new();
+            while !copy.is_finished() {
+                during.push(safety_flush(&mut queue));
+            }
+            let copy_took = copy_started.elapsed();
+            queue.finish_compaction(copy.join().unwrap(), now());
+            // The next flush swaps the copy in: the one pause of the agent's thread. The agent
+            // closes the replaced store on another thread; so does this.
+            let swap = safety_flush(&mut queue);
+            let retired = queue
+                .take_retired_store()
+                .expect("the flush swapped the copy in");
+            let close = std::thread::spawn(move || {
+                let start = Instant::now();
+                retired.close();
+                start.elapsed()
+            });
+            let after_compaction = queue.file_bytes();
+            let after: Vec<Duration> = (0..300).map(|_| safety_flush(&mut queue)).collect();
+            let close_took = close.join().unwrap();
+            // The rest is delivered; a later compaction leaves the file of a drained queue.
+            queue.ack(Tier::Debug, epoch, delivered + 1..=n, now());
+            queue.ack(Tier::Safety, epoch, 1..=u64::MAX - 1, now());
+            queue.flush(now()).unwrap();
+            let before_last = queue.file_bytes();
+            let later = now() + Duration::from_secs(60);
+            let compacted = queue.compact_if_drained(later).unwrap();
+            let drained = queue.file_bytes();
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            let pct = |values: &[Duration], p: usize| {
+                let mut sorted = values.to_vec();
+                sorted.sort();
+                ms(sorted[(sorted.len() - 1) * p / 100])
+            };
+            let stats = |values: &[Duration]| {
+                format!(
+                    "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} flushes)",
+                    pct(values, 50),
+                    pct(values, 99),
+                    pct(values, 100),
+                    values.len()
+                )
+            };
+            let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+            rows.push((
+                "file, 200,000 × 1 KB debug records, 90 % delivered".into(),
+                mib(high_water),
+                "".into(),
+            ));
+            rows.push((
+                format!(
+                    "compaction copy on its own thread ({} records)",
+                    n - delivered
+                ),
+                format!("{:.2} s", copy_took.as_secs_f64()),
+                "".into(),
+            ));
+            rows.push((
+                "safety append + flush, every 10 ms, while the copy runs vs without".into(),
+                stats(&during),
+                stats(&baseline),
+            ));
+            rows.push((
+                "the flush that swaps the copy in (the agent thread's one pause)".into(),
+                format!("{:.1} ms", ms(swap)),
+                format!("{:.1} ms (max without compaction)", pct(&baseline, 100)),
+            ));
+            rows.push((
+                "closing the replaced store (on its own thread)".into(),
+                format!("{:.1} ms", ms(close_took)),
+                "".into(),
+            ));
+            rows.push((
+                "safety append + flush after the swap".into(),
+                stats(&after),
+                "".into(),
+            ));
+            rows.push((
+                "file after the compaction".into(),
+                mib(after_compaction),
+                "".into(),
+            ));
+            rows.push((
+                format!(
+                    "file after the rest drained ({}), then compacted: {compacted}",
+                    mib(before_last)
+                ),
+                mib(drained),
+                "".into(),
             ));
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -495,7 +620,15 @@ fn main() {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| std::env::temp_dir().join("edgewatch-queue-bench"));
             std::fs::create_dir_all(&base).unwrap();
-            let all = ["safety", "bulk", "drain", "recovery", "space", "rss"];
+            let all = [
+                "safety",
+                "bulk",
+                "drain",
+                "recovery",
+                "space",
+                "rss",
+                "compaction",
+            ];
             let chosen: Vec<&str> = if args.is_empty() {
                 all.to_vec()
             } else {

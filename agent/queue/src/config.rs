@@ -41,7 +41,8 @@ pub const DEFAULT_BULK_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_MAX_PENDING_BYTES: u64 = 4 * 1024 * 1024;
 /// Largest encoded event accepted; well under a batch's 4 MiB decompressed limit.
 pub const DEFAULT_MAX_RECORD_BYTES: u32 = 256 * 1024;
-/// Safety events held in memory while the disk is full.
+/// Safety events held in memory while the store cannot be opened or written: all the append
+/// index holds. At a few safety events a minute this is days; a burst of 4,096 is rare.
 pub const DEFAULT_SAFETY_HOLD_RECORDS: usize = PENDING_CAPACITY;
 /// Below this much offline window (at current rates) the queue raises `OfflineWindowLow`.
 pub const DEFAULT_OFFLINE_WINDOW_THRESHOLD: Option<Duration> = Some(Duration::from_secs(24 * 3600));
@@ -49,8 +50,12 @@ pub const DEFAULT_OFFLINE_WINDOW_THRESHOLD: Option<Duration> = Some(Duration::fr
 pub const DEFAULT_RATE_TIME_CONSTANT: Duration = Duration::from_secs(15 * 60);
 /// How often the status snapshot file is rewritten (at a flush).
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
-/// How often a store that failed (disk full, I/O error) is reopened and retried.
-pub const DEFAULT_STORE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// First wait before reopening a store that failed (disk full, I/O error); each failed attempt
+/// doubles it (`edgewatch_conventions::backoff`, no jitter: one machine, one disk).
+pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest wait between reopen attempts: a store that comes back is used within half a minute,
+/// and a dead one costs one open attempt per half minute.
+pub const DEFAULT_STORE_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Verify every page at open: damage outside redb is found before it can hide records.
 pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
@@ -100,8 +105,10 @@ pub struct RawQueueConfig {
     pub rate_time_constant: Duration,
     /// Interval between status snapshot writes.
     pub status_interval: Duration,
-    /// Interval between attempts to reopen a failed store.
-    pub store_retry_interval: Duration,
+    /// First wait before reopening a failed store (doubling with each failed attempt).
+    pub store_retry_min: Duration,
+    /// Longest wait between attempts to reopen a failed store.
+    pub store_retry_max: Duration,
     /// Verify the checksum of every page when opening (reads the whole file once per start); a
     /// store that fails is salvaged into a new epoch and quarantined.
     pub verify_on_open: bool,
@@ -128,7 +135,8 @@ impl RawQueueConfig {
             offline_window_threshold: DEFAULT_OFFLINE_WINDOW_THRESHOLD,
             rate_time_constant: DEFAULT_RATE_TIME_CONSTANT,
             status_interval: DEFAULT_STATUS_INTERVAL,
-            store_retry_interval: DEFAULT_STORE_RETRY_INTERVAL,
+            store_retry_min: DEFAULT_STORE_RETRY_MIN,
+            store_retry_max: DEFAULT_STORE_RETRY_MAX,
             verify_on_open: DEFAULT_VERIFY_ON_OPEN,
         }
     }
@@ -195,6 +203,15 @@ impl QueueConfig {
         }
         if raw.safety_hold_records == 0 || raw.safety_hold_records > PENDING_CAPACITY {
             return bad("safety_hold_records", "must be between 1 and 4096");
+        }
+        if raw.store_retry_min.is_zero() {
+            return bad(
+                "store_retry_min",
+                "must be positive (a zero wait is a hot retry loop)",
+            );
+        }
+        if raw.store_retry_max < raw.store_retry_min {
+            return bad("store_retry_max", "must be at least store_retry_min");
         }
         if raw.rate_time_constant < Duration::from_secs(1) {
             return bad("rate_time_constant", "must be at least one second");

@@ -18,7 +18,11 @@
 //!   in), or by a counted eviction, expiry, corruption or dead letter, reported upstream as a
 //!   `QueueLoss` event written in the same transaction as the deletion.
 //! - Sequence numbers per tier never repeat within an epoch, across restarts; a store that will
-//!   not open is quarantined and replaced with a new epoch.
+//!   not open is quarantined and replaced with a new epoch, and what it held that could not be
+//!   salvaged is reported lost under its own epoch.
+//! - A store that cannot be opened or written for another reason (a failing or full disk) is
+//!   never a reason to stop: safety appends are held in memory, the others refused and counted,
+//!   and the store is retried with backoff, each time through a new handle.
 //! - A staged key-value entry is committed by the next flush together with every append still
 //!   waiting, so it is never durable before the appends made ahead of it: after any crash the
 //!   area describes records that are durable. With [`Queue::make_room`] first, the appends made
@@ -53,6 +57,9 @@ pub mod window;
 pub use config::{QueueConfig, RawQueueConfig};
 pub use edgewatch_proto::tier::{PerTier, TIERS};
 pub use error::{AppendError, FlushError, KvError, QueueError, ReadError};
-pub use queue::{BatchLimits, FlushOutcome, OpenReport, Quarantined, Queue, ReadBatch};
+pub use queue::{
+    BatchLimits, CompactionJob, CompactionResult, FlushOutcome, OpenReport, Quarantined, Queue,
+    ReadBatch, RetiredStore, StoreFault,
+};
 pub use status::{QueueStatus, SnapshotError, TierStatus, read_snapshot};
 pub use store::LOSS_CAUSES;

@@ -1,7 +1,18 @@
 //! The queue: appends buffered in memory, one durable write transaction per flush holding the
 //! appends, the deletions of acknowledged records, expiry, eviction, the loss reports and the
 //! staged entries of the key-value area; reads in strict tier order; quarantine of a store that
-//! will not open.
+//! will not open; a store that cannot be opened or written (not corruption) retried with
+//! backoff while safety appends are held in memory; compaction of the file, copied elsewhere and
+//! swapped in at a flush.
+//!
+//! ```text
+//!              open ok                      commit fails (EIO, ENOSPC)
+//!   ─► open ─────────► available ◄──────────────────────────────┐ ─────────► unavailable
+//!        │ not corruption       ▲ commit ok after a reopen     │           (store closed;
+//!        ▼                      └──────────────────────────────┴─────────── reopened at
+//!    unavailable, never opened (epoch 0) ── reopen ok: state loaded, held   backoff times)
+//!                                           safety renumbered into it
+//! ```
 //!
 //! Invariants:
 //! - An append is durable only after the flush that wrote it returned `Ok`; reads hand out only
@@ -15,13 +26,27 @@
 //! - A key-value entry is staged in memory and written by the next commit with every append
 //!   still waiting: never durable before an append made ahead of it. A failed commit keeps it
 //!   staged; a quarantine writes the whole area into the fresh store.
+//! - While the store is unavailable, safety appends are held in memory (at most
+//!   `safety_hold_records`; beyond, refused and counted `BufferOverflow`), other appends are
+//!   refused and counted `DiskFull`; reopen attempts follow `edgewatch_conventions::backoff`
+//!   from `store_retry_min` to `store_retry_max`, each with a new handle (never one that saw an
+//!   I/O error). The backoff starts again only after a commit succeeded.
+//! - A quarantine reports, per tier, the records of the old store that did not reach the new
+//!   one under the old epoch, bounded by the old store's state or else by the last status
+//!   snapshot.
+//! - A compaction never writes the live store: it copies a snapshot into another file (on the
+//!   caller's thread of choice), and the next flush applies what changed since, then renames the
+//!   copy into place before it commits; an interruption at any step leaves the live file whole.
 //! - The queue reads no clock and spawns nothing: every time is an argument.
 
 use std::ops::RangeInclusive;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use edgewatch_conventions::backoff::{Backoff, Jitter};
 use edgewatch_proto::tier::{self, PerTier, TIERS};
 use edgewatch_proto::v1::{Event, LossCause, OfflineWindowLow, QueueLoss, Tier, event::Kind};
 use prost::Message;
@@ -34,7 +59,8 @@ use crate::error::{AppendError, FlushError, KvError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
 use crate::store::{
-    LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx, contain_panic,
+    Copied, CopyJob, LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx,
+    contain_panic,
 };
 use crate::window::{self, RateEstimator, WindowAlarm};
 
@@ -48,10 +74,15 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 pub const QUARANTINE_KEEP: usize = 2;
 /// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
 pub const MAX_REPORT_BYTES: u64 = 160;
-/// `compact_if_drained` rewrites the file only when it is at least this large...
+/// A compaction's copy of the store, until it is renamed over [`DB_FILE`].
+const COMPACT_FILE: &str = "queue.redb.compact";
+/// The file is compacted only when it is at least this large...
 pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
-/// ...and holds less than this fraction (1/n) of live record bytes.
+/// ...and holds less than this fraction (1/n) of live record bytes: the copy is then at most
+/// about half the file, so compactions cannot follow one another for nothing.
 pub const COMPACT_LIVE_FRACTION: u64 = 4;
+/// Least time between two compactions (a bound on their cost whatever the workload).
+pub const COMPACT_MIN_INTERVAL: Duration = Duration::from_secs(30);
 /// SLO and debug bytes waiting that a safety commit still carries: above this, the safety appends
 /// are committed alone and the rest keeps its own interval. Writing 190 KB more made a commit about
 /// 6 ms slower on the reference VM (docs/benchmarks.md); 32 KiB costs about 1 ms, half the 2 ms
@@ -144,6 +175,139 @@ pub struct OpenReport {
     pub records: PerTier<u64>,
     /// Loss totals found per tier: `[tier][LossCause as usize]`.
     pub losses: PerTier<[u64; LOSS_CAUSES]>,
+    /// Set when the store could not be opened for a reason other than corruption (only from
+    /// [`Queue::open_or_hold`]): the queue runs without it, epoch 0, and retries.
+    pub unavailable: Option<String>,
+}
+
+/// Why the store cannot be used, while it cannot (see [`Queue::store_fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreFault<'a> {
+    /// What failed last.
+    pub reason: &'a str,
+    /// When the store became unavailable.
+    pub since: SystemTime,
+    /// Failed attempts to open or write it since then.
+    pub attempts: u32,
+    /// When the next attempt to reopen it is due.
+    pub next_attempt: SystemTime,
+    /// Safety events held in memory, waiting for it.
+    pub held_safety: usize,
+    /// The most that are held (`safety_hold_records`).
+    pub hold_capacity: usize,
+    /// True until the store has been opened once by this process (the queue's state, its
+    /// epoch and its numbers are not known yet).
+    pub never_opened: bool,
+}
+
+/// The store's unavailability as the queue tracks it.
+#[derive(Debug)]
+struct Fault {
+    reason: String,
+    since: SystemTime,
+    attempts: u32,
+    next_attempt: SystemTime,
+}
+
+/// A compaction's copy, to run where the caller chooses (another thread: it takes as long as
+/// the live records take to copy). See [`Queue::begin_compaction`].
+pub struct CompactionJob(CopyJob);
+
+impl CompactionJob {
+    /// Copies the store as of now into a new file. Hand the result to
+    /// [`Queue::finish_compaction`].
+    pub fn run(self) -> CompactionResult {
+        CompactionResult(self.0.run())
+    }
+}
+
+/// What a [`CompactionJob`] produced.
+pub struct CompactionResult(Result<Copied, StoreError>);
+
+/// The store a compaction replaced, still open. Closing it commits redb's allocator state for
+/// the whole old file (about a tenth of a second for a few hundred MiB): close it where that
+/// cannot delay anything ([`Queue::take_retired_store`]). Its file is already replaced.
+pub struct RetiredStore(Store);
+
+impl RetiredStore {
+    /// Closes the old store (a failure inside redb is contained and logged).
+    pub fn close(self) {
+        drop(self.0);
+    }
+}
+
+impl std::fmt::Debug for CompactionResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(_) => f.write_str("CompactionResult(copied)"),
+            Err(error) => write!(f, "CompactionResult({error})"),
+        }
+    }
+}
+
+/// Where a compaction stands.
+#[derive(Default)]
+enum Compaction {
+    #[default]
+    Idle,
+    /// A copy runs elsewhere; deletions committed since it began are kept for the swap.
+    Running {
+        _cancel: CancelOnDrop,
+        deleted: Vec<(usize, u64, u64)>,
+    },
+    /// The copy is done: the next flush applies `deleted` and what was appended since, and
+    /// swaps it in.
+    Ready {
+        copied: Copied,
+        deleted: Vec<(usize, u64, u64)>,
+    },
+    /// Cancelled (the store failed or was quarantined) while its copy ran: its result is
+    /// dropped when it comes back.
+    Cancelled,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Idle => "Idle",
+            Self::Running { .. } => "Running",
+            Self::Ready { .. } => "Ready",
+            Self::Cancelled => "Cancelled",
+        })
+    }
+}
+
+impl Compaction {
+    /// Deletions must be remembered for the swap.
+    fn tracks_deletions(&self) -> bool {
+        matches!(self, Self::Running { .. } | Self::Ready { .. })
+    }
+
+    fn record_deletions(&mut self, more: &mut Vec<(usize, u64, u64)>) {
+        if let Self::Running { deleted, .. } | Self::Ready { deleted, .. } = self {
+            deleted.append(more);
+        }
+    }
+
+    /// Stops a running copy (its result will be dropped) and forgets a finished one.
+    fn cancel(&mut self) {
+        match std::mem::take(self) {
+            // Dropping `Running` raises its cancel flag.
+            Self::Running { .. } => *self = Self::Cancelled,
+            Self::Ready { copied, .. } => drop(Store::from_copy(copied)),
+            other => *self = other,
+        }
+    }
+}
+
+/// A running copy's cancel flag, raised when the queue stops waiting for it (the copy then
+/// stops at its next chunk).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A store moved aside.
@@ -318,11 +482,21 @@ pub struct Queue {
     kv: Vec<KvEntry>,
     rates: RateEstimator,
     alarm: WindowAlarm,
-    /// Append time (unix ms) of each tier's oldest stored record.
-    oldest_ms: PerTier<Option<u64>>,
+    /// Sequence number and append time (unix ms) of each tier's oldest stored record.
+    oldest: PerTier<Option<(u64, u64)>>,
     /// Why the store last failed, while it is unavailable or marked for repair.
     store_problem: Option<StoreError>,
-    last_retry: Option<SystemTime>,
+    /// Set from a failure to open or write the store until a commit succeeds again.
+    fault: Option<Fault>,
+    /// Waits between reopen attempts (`store_retry_min` to `store_retry_max`, no jitter: one
+    /// machine, one disk).
+    retry: Backoff,
+    /// False until the store has been opened once: state, epoch and numbers are placeholders.
+    opened: bool,
+    compaction: Compaction,
+    last_compaction: Option<SystemTime>,
+    /// The store the last compaction replaced, until the caller takes it to close it.
+    retired: Option<StoreSlot>,
     last_status_write: Option<SystemTime>,
     scratch: Vec<u8>,
     value: Vec<u8>,
@@ -344,76 +518,72 @@ impl std::fmt::Debug for StoreSlot {
 impl Queue {
     /// Opens (or creates) the queue in `config.dir`. A store that will not open, or panics while
     /// opening, is moved to `quarantine/` and replaced by a fresh one with a new epoch, whose
-    /// first record reports the loss.
+    /// first records report the loss. A store that cannot be opened for another reason (a
+    /// failing or full disk) is an error; see [`Queue::open_or_hold`] to run without it.
     pub fn open(
         config: RawQueueConfig,
         now: SystemTime,
     ) -> Result<(Queue, OpenReport), QueueError> {
         let config = config.validate()?;
-        let dir = config.get().dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|source| QueueError::Directory {
-            path: dir.clone(),
-            source,
-        })?;
-        let path = dir.join(DB_FILE);
-        let fresh = dir.join(FRESH_FILE);
-        if !path.exists() && fresh.exists() {
-            // A quarantine was interrupted after the fresh store was complete.
-            rename(&fresh, &path)?;
+        let opened = open_store(&config, now)?;
+        let mut queue = Queue::shell(config, now);
+        let quarantined = opened.quarantined.clone();
+        let created = opened.created;
+        queue.install(opened, now);
+        Ok(queue.opened_report(created, quarantined, now))
+    }
+
+    /// Like [`Queue::open`], but a store that cannot be opened for a reason other than
+    /// corruption (EIO, a full disk during repair, a directory that cannot be created) does not
+    /// stop the caller: the queue starts without it (epoch 0, nothing readable), holds safety
+    /// appends in memory, refuses and counts the others, and each flush due retries the store
+    /// with backoff ([`Queue::store_fault`]). When it opens, the held appends are numbered in
+    /// its epoch and written. Only a bad configuration and another process holding the store
+    /// are errors.
+    pub fn open_or_hold(
+        config: RawQueueConfig,
+        now: SystemTime,
+    ) -> Result<(Queue, OpenReport), QueueError> {
+        let config = config.validate()?;
+        match open_store(&config, now) {
+            Ok(opened) => {
+                let mut queue = Queue::shell(config, now);
+                let quarantined = opened.quarantined.clone();
+                let created = opened.created;
+                queue.install(opened, now);
+                Ok(queue.opened_report(created, quarantined, now))
+            }
+            Err(error @ (QueueError::StoreUnavailable { .. } | QueueError::Directory { .. })) => {
+                let reason = error.to_string();
+                let mut queue = Queue::shell(config, now);
+                queue.begin_fault(reason.clone(), now);
+                tracing::error!(%reason, "The queue store cannot be opened; running without it: \
+                    safety events are held in memory, others refused, and the store is retried.");
+                let report = OpenReport {
+                    epoch: 0,
+                    created: false,
+                    quarantined: None,
+                    records: PerTier::default(),
+                    losses: PerTier::default(),
+                    unavailable: Some(reason),
+                };
+                Ok((queue, report))
+            }
+            Err(other) => Err(other),
         }
-        let cache = config.get().cache_bytes;
-        let verify = config.get().verify_on_open;
-        let attempt = contain_panic(AssertUnwindSafe(|| {
-            let mut store = Store::open(&path, cache)?;
-            let clean = !verify || store.verify()?;
-            let loaded = if clean { store.load()? } else { None };
-            Ok((store, clean, loaded))
-        }));
-        let mut created = false;
-        let mut quarantined = None;
-        let (store, loaded) = match attempt {
-            Ok((store, true, Some(loaded))) => (store, loaded),
-            Ok((store, true, None)) => {
-                created = true;
-                let state = Persisted::fresh(new_epoch(now));
-                store
-                    .write(|tx| tx.put_state(&state))
-                    .map_err(|error| unavailable(&path, &error))?;
-                (store, Loaded::fresh(state))
-            }
-            Ok((store, false, _)) => {
-                drop(store);
-                let reason = "failed its integrity check".to_owned();
-                let (store, loaded, moved) = quarantine(&config, &path, &reason, true, now)?;
-                created = true;
-                quarantined = Some(Quarantined {
-                    moved_to: moved,
-                    reason,
-                });
-                (store, loaded)
-            }
-            Err(StoreError::Corrupt(reason)) => {
-                let (store, loaded, moved) = quarantine(&config, &path, &reason, true, now)?;
-                created = true;
-                quarantined = Some(Quarantined {
-                    moved_to: moved,
-                    reason,
-                });
-                (store, loaded)
-            }
-            Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
-            Err(error) => return Err(unavailable(&path, &error)),
-        };
-        if let Some(q) = &quarantined {
-            tracing::warn!(reason = %q.reason, moved_to = %q.moved_to.display(),
-                "Queue store would not open; moved aside and started a fresh queue.");
-        }
+    }
+
+    /// A queue with no store yet: empty buffers, placeholder state (epoch 0).
+    fn shell(config: QueueConfig, now: SystemTime) -> Queue {
         let max_pending = usize::try_from(config.get().max_pending_bytes).unwrap_or(usize::MAX);
         let rate_tau = config.get().rate_time_constant;
-        let state = loaded.state;
-        let mut queue = Queue {
-            path,
-            store: Some(StoreSlot(store)),
+        let retry = Backoff::new(config.get().store_retry_min, config.get().store_retry_max);
+        let state = Persisted::fresh(0);
+        let mut rates = RateEstimator::new(rate_tau);
+        rates.update(now);
+        Queue {
+            path: config.get().dir.join(DB_FILE),
+            store: None,
             state,
             next_seq: state.next_seq,
             pending: Pending {
@@ -426,25 +596,21 @@ impl Queue {
             },
             acks: Vec::new(),
             dead_letters: Vec::new(),
-            corrupt: loaded.corrupt,
+            corrupt: Vec::new(),
             cursor: PerTier::default(),
             unreported: LossLedger::default(),
             refused: PerTier::default(),
-            kv: loaded
-                .kv
-                .into_iter()
-                .map(|(key, value)| KvEntry {
-                    key,
-                    value,
-                    present: true,
-                    staged: false,
-                })
-                .collect(),
-            rates: RateEstimator::new(rate_tau),
+            kv: Vec::new(),
+            rates,
             alarm: WindowAlarm::default(),
-            oldest_ms: loaded.oldest_unix_ms,
+            oldest: PerTier::default(),
             store_problem: None,
-            last_retry: None,
+            fault: None,
+            retry,
+            opened: false,
+            compaction: Compaction::Idle,
+            last_compaction: None,
+            retired: None,
             last_status_write: None,
             scratch: Vec::new(),
             value: Vec::new(),
@@ -453,7 +619,37 @@ impl Queue {
             status_text: String::with_capacity(2048),
             snapshot_paths: status::SnapshotPaths::in_dir(&config.get().dir),
             config,
-        };
+        }
+    }
+
+    /// Takes a store just opened: its state, its key-value area (under the entries staged in
+    /// memory meanwhile, which are newer), its damage to count; appends held while no store was
+    /// open are numbered in its epoch. Counts and reports the damage found at once.
+    fn install(&mut self, opened: Opened, now: SystemTime) {
+        let Opened {
+            store,
+            loaded,
+            quarantined,
+            ..
+        } = opened;
+        if let Some(q) = &quarantined {
+            tracing::warn!(reason = %q.reason, moved_to = %q.moved_to.display(),
+                "Queue store would not open; moved aside and started a fresh queue.");
+        }
+        self.store = Some(StoreSlot(store));
+        self.state = loaded.state;
+        self.corrupt = loaded.corrupt;
+        self.oldest = loaded.oldest;
+        for (key, value) in loaded.kv {
+            if !self.kv.iter().any(|entry| entry.key == key) {
+                self.kv.push(KvEntry {
+                    key,
+                    value,
+                    present: true,
+                    staged: false,
+                });
+            }
+        }
         for ix in 0..3 {
             let missing = *loaded.unaccounted.at(ix);
             if missing > 0 {
@@ -462,28 +658,109 @@ impl Queue {
                     missing,
                     "Queue store lost records to damage; counted as corrupt."
                 );
-                queue.unreported.add_count(ix, LossCause::Corrupt, missing);
+                self.unreported.add_count(ix, LossCause::Corrupt, missing);
             }
         }
-        if !queue.corrupt.is_empty() || !queue.unreported.is_empty() {
-            // Count and report the damage now, before anything else can be lost with it. A failure
-            // here is handled like any flush failure and retried.
-            let _ = queue.flush(now);
+        self.renumber_pending(self.state.next_seq);
+        self.cursor = PerTier::default();
+        self.acks.clear();
+        self.dead_letters.clear();
+        self.opened = true;
+        self.store_problem = None;
+        if !self.corrupt.is_empty() || !self.unreported.is_empty() {
+            // Count and report the damage now, before anything else can be lost with it. A
+            // failure here is handled like any flush failure and retried.
+            let _ = self.flush(now);
         }
-        queue.rates.update(now);
+    }
+
+    fn opened_report(
+        mut self,
+        created: bool,
+        quarantined: Option<Quarantined>,
+        now: SystemTime,
+    ) -> (Queue, OpenReport) {
         let report = OpenReport {
-            epoch: queue.state.epoch,
+            epoch: self.state.epoch,
             created,
             quarantined,
-            records: queue.state.records,
+            records: self.state.records,
             losses: PerTier {
-                safety: queue.state.losses[0],
-                slo: queue.state.losses[1],
-                debug: queue.state.losses[2],
+                safety: self.state.losses[0],
+                slo: self.state.losses[1],
+                debug: self.state.losses[2],
             },
+            unavailable: None,
         };
-        queue.write_status(now);
-        Ok((queue, report))
+        self.write_status(now);
+        (self, report)
+    }
+
+    /// Numbers the waiting appends from `next` on (a store was opened or replaced under them):
+    /// the new numbers are what the next commit writes.
+    fn renumber_pending(&mut self, next: PerTier<u64>) {
+        self.next_seq = next;
+        if self.pending.entries.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::with_capacity(self.pending.bytes.capacity());
+        for i in 0..self.pending.entries.len() {
+            let entry = self.pending.entries[i];
+            let seq = *self.next_seq.at(entry.ix);
+            *self.next_seq.at_mut(entry.ix) += 1;
+            let old = &self.pending.bytes[entry.start..entry.end];
+            let appended = record::appended_unix_ms(old).unwrap_or(0);
+            let start = bytes.len();
+            // The stored encoding is valid: re-encoding it under the new number cannot fail.
+            let _ = record::encode(&mut bytes, seq, appended, &old[record::HEADER_LEN..]);
+            self.pending.entries[i] = PendingEntry {
+                seq,
+                start,
+                end: bytes.len(),
+                ..entry
+            };
+        }
+        self.pending.bytes = bytes;
+    }
+
+    /// The store just failed (to open or to commit): unavailable from now, retried with backoff
+    /// from the first wait on.
+    fn begin_fault(&mut self, reason: String, now: SystemTime) {
+        self.retry.reset();
+        let wait = self.retry.next_wait(Jitter::None);
+        self.fault = Some(Fault {
+            reason,
+            since: now,
+            attempts: 1,
+            next_attempt: now + wait,
+        });
+    }
+
+    /// Another attempt failed: the next waits longer (up to `store_retry_max`).
+    fn attempt_failed(&mut self, reason: String, now: SystemTime) {
+        let wait = self.retry.next_wait(Jitter::None);
+        match &mut self.fault {
+            Some(fault) => {
+                fault.reason = reason;
+                fault.attempts += 1;
+                fault.next_attempt = now + wait;
+            }
+            None => self.begin_fault(reason, now),
+        }
+    }
+
+    /// Why the store cannot be used, while it cannot: from a failure to open or to commit until
+    /// a commit succeeds again.
+    pub fn store_fault(&self) -> Option<StoreFault<'_>> {
+        self.fault.as_ref().map(|fault| StoreFault {
+            reason: &fault.reason,
+            since: fault.since,
+            attempts: fault.attempts,
+            next_attempt: fault.next_attempt,
+            held_safety: self.pending.entries.iter().filter(|e| e.ix == 0).count(),
+            hold_capacity: self.config.get().safety_hold_records,
+            never_opened: !self.opened,
+        })
     }
 
     /// The validated configuration's settings.
@@ -770,10 +1047,15 @@ impl Queue {
 
     /// When the next flush is due: the oldest waiting safety append plus the safety interval, or
     /// the oldest other waiting work plus the bulk interval; at once (`UNIX_EPOCH`) when an
-    /// append flushed by itself and its outcome is owed. `None` when nothing waits.
+    /// append flushed by itself and its outcome is owed; while the store is unavailable, the
+    /// next attempt to reopen it. `None` when nothing waits.
     pub fn next_flush_at(&self) -> Option<SystemTime> {
         if self.pending.flush_owed {
             return Some(UNIX_EPOCH);
+        }
+        if self.store.is_none() {
+            // Unavailable: the next flush is the next attempt to reopen the store.
+            return self.fault.as_ref().map(|fault| fault.next_attempt);
         }
         let config = self.config.get();
         let safety = self
@@ -939,6 +1221,10 @@ impl Queue {
             || pending.flush_owed
             || self.store.is_none()
             || self.store_problem.is_some()
+            // A store back from a fault is confirmed by a full commit (held events, reports).
+            || self.fault.is_some()
+            // A compaction's copy is swapped in by a full flush.
+            || matches!(self.compaction, Compaction::Ready { .. })
             || !self.unreported.is_empty()
             || self.refused != PerTier::default()
         {
@@ -988,13 +1274,13 @@ impl Queue {
                 state.records.safety += 1;
                 written += 1;
             }
-            let oldest = table.peek_oldest()?.map(|(_, ms)| ms);
+            let oldest = table.peek_oldest()?;
             drop(table);
             tx.put_state(&state)?;
             Ok(oldest)
         })?;
         self.state = state;
-        self.oldest_ms.safety = oldest;
+        self.oldest.safety = oldest;
         self.retain_bulk_pending();
         let durable = self.state.next_seq;
         Ok(FlushOutcome {
@@ -1049,6 +1335,9 @@ impl Queue {
             let reason = reason.clone();
             self.quarantine_now(&reason, now)?;
         }
+        if matches!(self.compaction, Compaction::Ready { .. }) {
+            self.swap_compacted(now);
+        }
         let outcome = match self.commit(now) {
             Ok(outcome) => outcome,
             Err(StoreError::Corrupt(reason)) => {
@@ -1059,6 +1348,16 @@ impl Queue {
             Err(error) => return Err(self.store_failed(error, now)),
         };
         self.store_problem = None;
+        if let Some(fault) = self.fault.take() {
+            self.retry.reset();
+            tracing::info!(
+                reason = %fault.reason,
+                attempts = fault.attempts,
+                unavailable_ms = now.duration_since(fault.since).map_or(0, |d| d.as_millis() as u64),
+                safety_written = outcome.written.safety,
+                "The queue store is back; the safety events held in memory are written."
+            );
+        }
         if self.last_status_write.is_none_or(|at| {
             now.duration_since(at)
                 .map_or(true, |since| since >= self.config.get().status_interval)
@@ -1072,8 +1371,8 @@ impl Queue {
         let now_ms = unix_ms(now);
         let config = self.config.get();
         let expiry_due = (0..3).any(|ix| {
-            matches!((config.max_age.at(ix), self.oldest_ms.at(ix)),
-                (Some(age), Some(oldest)) if oldest.saturating_add(age.as_millis() as u64) < now_ms)
+            matches!((config.max_age.at(ix), self.oldest.at(ix)),
+                (Some(age), Some((_, oldest))) if oldest.saturating_add(age.as_millis() as u64) < now_ms)
         });
         let window = self.window();
         let mut alarm = self.alarm;
@@ -1112,7 +1411,10 @@ impl Queue {
         let mut ledger = self.unreported;
         let mut written = PerTier::<u64>::default();
         let mut lost = PerTier::<u64>::default();
-        let mut oldest = PerTier::<Option<u64>>::default();
+        let mut oldest = PerTier::<Option<(u64, u64)>>::default();
+        // While a compaction copies the store, what this commit deletes is kept for its swap.
+        let track = self.compaction.tracks_deletions();
+        let mut deleted_now: Vec<(usize, u64, u64)> = Vec::new();
         let caps = PerTier {
             safety: self.config.cap(0),
             slo: self.config.cap(1),
@@ -1147,18 +1449,27 @@ impl Queue {
                     table.remove_range(first, last, |removed| {
                         state.forget(ix, removed.bytes);
                     })?;
+                    if track {
+                        deleted_now.push((ix, first, last));
+                    }
                 }
                 for &(_, seq) in corrupt.iter().filter(|c| c.0 == ix) {
                     table.remove_range(seq, seq, |removed| {
                         state.forget(ix, removed.bytes);
                         ledger.add_removed(ix, LossCause::Corrupt, &removed);
                     })?;
+                    if track {
+                        deleted_now.push((ix, seq, seq));
+                    }
                 }
                 for &(_, seq) in dead_letters.iter().filter(|d| d.0 == ix) {
                     table.remove_range(seq, seq, |removed| {
                         state.forget(ix, removed.bytes);
                         ledger.add_removed(ix, LossCause::Refused, &removed);
                     })?;
+                    if track {
+                        deleted_now.push((ix, seq, seq));
+                    }
                 }
                 if let Some(age) = config.max_age.at(ix) {
                     let cutoff = now_ms.saturating_sub(age.as_millis() as u64);
@@ -1172,6 +1483,9 @@ impl Queue {
                         state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Expired, &removed);
+                        if track {
+                            deleted_now.push((ix, removed.seq, removed.seq));
+                        }
                     }
                 }
                 let cap = *caps.at(ix);
@@ -1184,6 +1498,9 @@ impl Queue {
                         state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        if track {
+                            deleted_now.push((ix, removed.seq, removed.seq));
+                        }
                     }
                 }
             }
@@ -1199,6 +1516,9 @@ impl Queue {
                         state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        if track {
+                            deleted_now.push((ix, removed.seq, removed.seq));
+                        }
                     }
                 }
             }
@@ -1216,6 +1536,9 @@ impl Queue {
                         state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        if track {
+                            deleted_now.push((ix, removed.seq, removed.seq));
+                        }
                         evicted = true;
                     }
                 }
@@ -1228,6 +1551,9 @@ impl Queue {
                         state.forget(ix, removed.bytes);
                         *lost.at_mut(ix) += 1;
                         ledger.add_removed(ix, LossCause::Evicted, &removed);
+                        if track {
+                            deleted_now.push((ix, removed.seq, removed.seq));
+                        }
                         evicted = true;
                     }
                 }
@@ -1257,14 +1583,15 @@ impl Queue {
             }
             tx.put_state(&state)?;
             for ix in 0..3 {
-                *oldest.at_mut(ix) = tx.tier(ix)?.peek_oldest()?.map(|(_, ms)| ms);
+                *oldest.at_mut(ix) = tx.tier(ix)?.peek_oldest()?;
             }
             Ok(())
         })?;
         self.state = state;
         self.next_seq = state.next_seq;
         self.alarm = alarm;
-        self.oldest_ms = oldest;
+        self.oldest = oldest;
+        self.compaction.record_deletions(&mut deleted_now);
         self.unreported = LossLedger::default();
         self.pending.bytes.clear();
         self.pending.entries.clear();
@@ -1326,12 +1653,19 @@ impl Queue {
         }
         self.pending.entries.truncate(kept);
         self.pending.bytes.truncate(write_at);
-        // The refusal reports and any acknowledgements still wait: keep a flush due, which also
-        // paces the reopen attempts.
+        // The refusal reports and any acknowledgements still wait: keep a flush due (the next
+        // one is the next reopen attempt, see `next_flush_at`).
         self.pending.bulk_since = Some(now);
+        // Never reuse a handle that saw an I/O error (its view of the file may not be the
+        // disk's after a failed fsync): close it; a reopen opens the file anew.
         self.store = None;
-        self.last_retry = Some(now);
+        self.compaction.cancel();
         let reason = error.to_string();
+        if self.fault.is_some() {
+            self.attempt_failed(reason.clone(), now);
+        } else {
+            self.begin_fault(reason.clone(), now);
+        }
         self.store_problem = Some(error);
         FlushError {
             reason,
@@ -1340,25 +1674,39 @@ impl Queue {
         }
     }
 
-    /// Reopens a store closed by a failure, if the retry interval has passed.
+    /// Reopens a store closed by a failure (or never opened), if the next attempt is due: a
+    /// new handle on the file, redb's recovery, the queue's checks.
     fn reopen(&mut self, now: SystemTime) -> Result<(), FlushError> {
-        let interval = self.config.get().store_retry_interval;
         let held = self.pending.entries.len();
         let not_yet = |reason: String| FlushError {
             reason,
             refused: PerTier::default(),
             held_safety: held,
         };
-        if let Some(last) = self.last_retry
-            && now.duration_since(last).is_ok_and(|since| since < interval)
+        if let Some(fault) = &self.fault
+            && now < fault.next_attempt
         {
-            let reason = self
-                .store_problem
-                .as_ref()
-                .map_or_else(|| "store unavailable".to_owned(), ToString::to_string);
-            return Err(not_yet(reason));
+            return Err(not_yet(fault.reason.clone()));
         }
-        self.last_retry = Some(now);
+        if !self.opened {
+            // Never opened: the whole open (integrity check, quarantine of a damaged store).
+            return match open_store(&self.config, now) {
+                Ok(opened) => {
+                    tracing::info!(
+                        held = held,
+                        "The queue store opened; the events held meanwhile are numbered in its \
+                         epoch."
+                    );
+                    self.install(opened, now);
+                    Ok(())
+                }
+                Err(error) => {
+                    let reason = error.to_string();
+                    self.attempt_failed(reason.clone(), now);
+                    Err(not_yet(reason))
+                }
+            };
+        }
         let cache = self.config.get().cache_bytes;
         let path = self.path.clone();
         let attempt = contain_panic(AssertUnwindSafe(|| {
@@ -1384,13 +1732,14 @@ impl Queue {
                 }
                 self.cursor = PerTier::default();
                 self.store_problem = None;
-                self.oldest_ms = loaded.oldest_unix_ms;
+                self.oldest = loaded.oldest;
                 Ok(())
             }
             Ok((_, None)) => self.quarantine_now("the store lost its state", now),
             Err(StoreError::Corrupt(reason)) => self.quarantine_now(&reason, now),
             Err(error) => {
                 let reason = error.to_string();
+                self.attempt_failed(reason.clone(), now);
                 self.store_problem = Some(error);
                 Err(not_yet(reason))
             }
@@ -1400,14 +1749,29 @@ impl Queue {
     /// Moves the current store aside and continues with a fresh one (new epoch). Pending
     /// appends are kept and get new sequence numbers in the new epoch.
     fn quarantine_now(&mut self, reason: &str, now: SystemTime) -> Result<(), FlushError> {
+        // Closing a damaged store may fail inside redb: `Store`'s drop contains it.
         self.store = None;
+        self.compaction.cancel();
         let held = self.pending.entries.len();
-        let (store, loaded, moved) = quarantine(&self.config, &self.path, reason, true, now)
-            .map_err(|error| FlushError {
-                reason: error.to_string(),
-                refused: PerTier::default(),
-                held_safety: held,
-            })?;
+        let (store, loaded, moved) = match quarantine(&self.config, &self.path, reason, true, now) {
+            Ok(done) => done,
+            Err(error) => {
+                // The fresh store could not be built (the disk fails or is full too): the store
+                // is unavailable; a later attempt reopens the damaged one and quarantines it.
+                let reason = error.to_string();
+                self.pending.bulk_since.get_or_insert(now);
+                if self.fault.is_some() {
+                    self.attempt_failed(reason.clone(), now);
+                } else {
+                    self.begin_fault(reason.clone(), now);
+                }
+                return Err(FlushError {
+                    reason,
+                    refused: PerTier::default(),
+                    held_safety: held,
+                });
+            }
+        };
         tracing::warn!(%reason, moved_to = %moved.display(),
             "Queue store failed; moved aside and started a fresh queue.");
         let state = loaded.state;
@@ -1423,47 +1787,184 @@ impl Queue {
         for entry in &mut self.kv {
             entry.staged = true;
         }
-        // Renumber the pending appends in the new epoch.
-        self.next_seq = state.next_seq;
-        let mut bytes = Vec::with_capacity(self.pending.bytes.capacity());
-        for i in 0..self.pending.entries.len() {
-            let entry = self.pending.entries[i];
-            let seq = *self.next_seq.at(entry.ix);
-            *self.next_seq.at_mut(entry.ix) += 1;
-            let old = &self.pending.bytes[entry.start..entry.end];
-            let appended = record::appended_unix_ms(old).unwrap_or(0);
-            let start = bytes.len();
-            // The stored encoding is valid: re-encoding it under the new number cannot fail.
-            let _ = record::encode(&mut bytes, seq, appended, &old[record::HEADER_LEN..]);
-            self.pending.entries[i] = PendingEntry {
-                seq,
-                start,
-                end: bytes.len(),
-                ..entry
-            };
-        }
-        self.pending.bytes = bytes;
-        self.oldest_ms = loaded.oldest_unix_ms;
+        self.renumber_pending(state.next_seq);
+        self.oldest = loaded.oldest;
         Ok(())
     }
 
-    /// Rewrites the database file without free space when the backlog has drained (live record
-    /// bytes under a quarter of a file of at least 4 MiB). Returns true if it compacted.
-    pub fn compact_if_drained(&mut self) -> Result<bool, FlushError> {
-        let file_bytes = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        if file_bytes < COMPACT_MIN_FILE_BYTES
-            || self.state.bytes.sum().saturating_mul(COMPACT_LIVE_FRACTION) >= file_bytes
+    /// True when the file is worth compacting: the store works, no compaction ran in the last
+    /// [`COMPACT_MIN_INTERVAL`], and the file is at least [`COMPACT_MIN_FILE_BYTES`] while its
+    /// live records take less than 1/[`COMPACT_LIVE_FRACTION`] of it (a backlog has drained).
+    /// Reads the file's size (one `stat`).
+    pub fn compaction_due(&self, now: SystemTime) -> bool {
+        if self.store.is_none()
+            || self.fault.is_some()
+            || !matches!(self.compaction, Compaction::Idle)
+            || self.last_compaction.is_some_and(|at| {
+                now.duration_since(at)
+                    .is_ok_and(|since| since < COMPACT_MIN_INTERVAL)
+            })
         {
-            return Ok(false);
+            return false;
         }
-        let Some(StoreSlot(store)) = &mut self.store else {
+        let file_bytes = self.file_bytes();
+        file_bytes >= COMPACT_MIN_FILE_BYTES
+            && self.state.bytes.sum().saturating_mul(COMPACT_LIVE_FRACTION) < file_bytes
+    }
+
+    /// Starts a compaction if one is due ([`Queue::compaction_due`]): returns the copy to run,
+    /// on another thread, while the queue goes on; hand its result to
+    /// [`Queue::finish_compaction`]. The next flush after that swaps the copy in.
+    pub fn begin_compaction(&mut self, now: SystemTime) -> Option<CompactionJob> {
+        if !self.compaction_due(now) {
+            return None;
+        }
+        let Some(StoreSlot(store)) = &self.store else {
+            return None;
+        };
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = store.copy_job(
+            self.config.get().dir.join(COMPACT_FILE),
+            self.config.get().cache_bytes,
+            Arc::clone(&cancel),
+        );
+        self.compaction = Compaction::Running {
+            _cancel: CancelOnDrop(cancel),
+            deleted: Vec::new(),
+        };
+        self.last_compaction = Some(now);
+        Some(CompactionJob(job))
+    }
+
+    /// Takes a finished copy: the next flush (due within `bulk_flush_interval`) swaps it in. A
+    /// failed or cancelled copy is dropped with its file.
+    pub fn finish_compaction(&mut self, result: CompactionResult, now: SystemTime) {
+        let dest = self.config.get().dir.join(COMPACT_FILE);
+        match (std::mem::take(&mut self.compaction), result.0) {
+            (Compaction::Running { deleted, .. }, Ok(copied)) => {
+                self.compaction = Compaction::Ready { copied, deleted };
+                self.pending.bulk_since.get_or_insert(now);
+            }
+            (Compaction::Running { .. }, Err(error)) => {
+                tracing::warn!(%error, "Copying the queue for compaction failed; it is tried again later.");
+                let _ = std::fs::remove_file(&dest);
+            }
+            (_, Ok(copied)) => {
+                drop(Store::from_copy(copied));
+                let _ = std::fs::remove_file(&dest);
+            }
+            (_, Err(_)) => {
+                let _ = std::fs::remove_file(&dest);
+            }
+        }
+    }
+
+    /// The store the last compaction swapped out, to close where closing cannot delay the
+    /// queue's user (the agent closes it on a blocking thread). Dropped with the queue if never
+    /// taken.
+    pub fn take_retired_store(&mut self) -> Option<RetiredStore> {
+        self.retired
+            .take()
+            .map(|StoreSlot(store)| RetiredStore(store))
+    }
+
+    /// Forgets a compaction whose copy never came back (its thread died): cancels it and drops
+    /// its file.
+    pub fn abandon_compaction(&mut self) {
+        self.compaction = Compaction::Idle;
+        let _ = std::fs::remove_file(self.config.get().dir.join(COMPACT_FILE));
+    }
+
+    /// Swaps a finished copy in, before this flush commits: applies to the copy what was
+    /// deleted and appended since its snapshot, the committed key-value area and state, in one
+    /// durable transaction, then renames it over the store. Any failure leaves the live store
+    /// as it was (the copy is dropped).
+    fn swap_compacted(&mut self, now: SystemTime) {
+        let Compaction::Ready { copied, deleted } = std::mem::take(&mut self.compaction) else {
+            return;
+        };
+        let (new, from) = Store::from_copy(copied);
+        let dest = self.config.get().dir.join(COMPACT_FILE);
+        let Some(StoreSlot(old)) = &self.store else {
+            drop(new);
+            let _ = std::fs::remove_file(&dest);
+            return;
+        };
+        let before = self.file_bytes();
+        let state = self.state;
+        let result = old.kv().and_then(|kv| {
+            new.write(|tx| {
+                for ix in 0..3 {
+                    let mut table = tx.tier(ix)?;
+                    for &(_, first, last) in deleted.iter().filter(|d| d.0 == ix) {
+                        table.remove_range(first, last, |_| {})?;
+                    }
+                    let mut failed = None;
+                    old.read(
+                        ix,
+                        *from.next_seq.at(ix),
+                        u64::MAX,
+                        |seq, value| match table.insert(seq, value) {
+                            Ok(_) => true,
+                            Err(error) => {
+                                failed = Some(error);
+                                false
+                            }
+                        },
+                    )?;
+                    if let Some(error) = failed {
+                        return Err(error);
+                    }
+                }
+                for (key, value) in &kv {
+                    tx.put_kv(key, Some(value))?;
+                }
+                tx.put_state(&state)
+            })
+        });
+        let swapped = result
+            .map_err(|e| e.to_string())
+            .and_then(|()| std::fs::rename(&dest, &self.path).map_err(|e| e.to_string()));
+        match swapped {
+            Ok(()) => {
+                sync_dir(&self.config.get().dir);
+                // The old store is closed by the caller, off this thread (see `RetiredStore`).
+                self.retired = self.store.replace(StoreSlot(new));
+                self.last_compaction = Some(now);
+                tracing::info!(
+                    before_bytes = before,
+                    after_bytes = self.file_bytes(),
+                    copied_records = from.records,
+                    live_bytes = state.bytes.sum(),
+                    "Compacted the queue file."
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, "Swapping in the compacted queue file failed; the file stays as it was.");
+                drop(new);
+                let _ = std::fs::remove_file(&dest);
+            }
+        }
+    }
+
+    /// Compacts now, on the caller's thread, if a compaction is due: the copy, then a flush that
+    /// swaps it in. Returns true if it compacted. (The agent runs the copy on another thread:
+    /// [`Queue::begin_compaction`].)
+    pub fn compact_if_drained(&mut self, now: SystemTime) -> Result<bool, FlushError> {
+        let Some(job) = self.begin_compaction(now) else {
             return Ok(false);
         };
-        store.compact().map_err(|error| FlushError {
-            reason: error.to_string(),
-            refused: PerTier::default(),
-            held_safety: 0,
-        })
+        self.finish_compaction(job.run(), now);
+        if !matches!(self.compaction, Compaction::Ready { .. }) {
+            return Ok(false);
+        }
+        self.flush(now)?;
+        let swapped = self.take_retired_store();
+        let compacted = swapped.is_some();
+        if let Some(old) = swapped {
+            old.close();
+        }
+        Ok(compacted)
     }
 
     /// Size of the database file in bytes.
@@ -1503,9 +2004,10 @@ impl Queue {
                 bytes: *self.state.bytes.at(ix),
                 cap_bytes: self.config.cap(ix),
                 oldest_age: self
-                    .oldest_ms
+                    .oldest
                     .at(ix)
-                    .map(|ms| Duration::from_millis(now_ms.saturating_sub(ms))),
+                    .map(|(_, ms)| Duration::from_millis(now_ms.saturating_sub(ms))),
+                first_seq: self.oldest.at(ix).map_or(0, |(seq, _)| seq),
                 durable_seq: self.state.next_seq.at(ix) - 1,
                 pending: self
                     .pending
@@ -1518,6 +2020,7 @@ impl Queue {
                 corrupt: lost(LossCause::Corrupt),
                 disk_full: lost(LossCause::DiskFull),
                 buffer_overflow: lost(LossCause::BufferOverflow),
+                refused: lost(LossCause::Refused),
                 quarantined: losses[LossCause::Quarantined as usize],
                 append_bytes_per_second: *rates.at(ix),
             }
@@ -1533,11 +2036,18 @@ impl Queue {
             budget_bytes: self.config.get().budget_bytes,
             file_bytes: self.file_bytes(),
             offline_window: self.window(),
-            store_available: self.store.is_some() && self.store_problem.is_none(),
+            store_available: self.store.is_some()
+                && self.store_problem.is_none()
+                && self.fault.is_none(),
         }
     }
 
     fn write_status(&mut self, now: SystemTime) {
+        if !self.opened {
+            // Nothing is known of the store yet: the last snapshot (of the last run) stays, as
+            // the bound a quarantine would read.
+            return;
+        }
         let status = self.status(now);
         let mut text = std::mem::take(&mut self.status_text);
         if let Err(error) = status::write_snapshot_to(&self.snapshot_paths, &status, &mut text) {
@@ -1570,9 +2080,8 @@ fn write_loss_reports(
             if acc.incidents == 0 {
                 continue;
             }
-            let quarantine = cause == LossCause::Quarantined as usize;
             let total = &mut state.losses[ix][cause];
-            *total += if quarantine { acc.incidents } else { acc.count };
+            *total += acc.count;
             let event = Event {
                 seq: 0,
                 event_time_unix_ns: unix_ns(now),
@@ -1619,14 +2128,238 @@ fn insert_event(
     Ok(())
 }
 
-/// Builds a fresh store whose first transaction already holds the `Quarantined` loss report, then
-/// moves the broken file aside and the fresh one into place. Each step leaves something a later
-/// open completes: the old file (quarantined again) or the fresh file (renamed into place).
+/// A store just opened, with what opening it found.
+struct Opened {
+    store: Store,
+    loaded: Loaded,
+    created: bool,
+    quarantined: Option<Quarantined>,
+}
+
+/// Opens the store in `config.dir`: creates the directory, completes an interrupted quarantine,
+/// drops a compaction copy left by a crash, runs redb's recovery and the integrity check, and
+/// quarantines a store that fails (a fresh one with a new epoch replaces it). Errors are only
+/// what retrying later may cure (the store unavailable, the directory) or another process
+/// holding the store.
+fn open_store(config: &QueueConfig, now: SystemTime) -> Result<Opened, QueueError> {
+    let dir = config.get().dir.clone();
+    std::fs::create_dir_all(&dir).map_err(|source| QueueError::Directory {
+        path: dir.clone(),
+        source,
+    })?;
+    let path = dir.join(DB_FILE);
+    let fresh = dir.join(FRESH_FILE);
+    if !path.exists() && fresh.exists() {
+        // A quarantine was interrupted after the fresh store was complete.
+        rename(&fresh, &path)?;
+    }
+    // A compaction interrupted before its rename: the store itself is whole.
+    let _ = std::fs::remove_file(dir.join(COMPACT_FILE));
+    let cache = config.get().cache_bytes;
+    let verify = config.get().verify_on_open;
+    let attempt = contain_panic(AssertUnwindSafe(|| {
+        let mut store = Store::open(&path, cache)?;
+        let clean = !verify || store.verify()?;
+        let loaded = if clean { store.load()? } else { None };
+        Ok((store, clean, loaded))
+    }));
+    let mut created = false;
+    let mut quarantined = None;
+    let (store, loaded) = match attempt {
+        Ok((store, true, Some(loaded))) => (store, loaded),
+        Ok((store, true, None)) => {
+            created = true;
+            let state = Persisted::fresh(new_epoch(now));
+            store
+                .write(|tx| tx.put_state(&state))
+                .map_err(|error| unavailable(&path, &error))?;
+            (store, Loaded::fresh(state))
+        }
+        Ok((store, false, _)) => {
+            drop(store);
+            let reason = "failed its integrity check".to_owned();
+            let (store, loaded, moved) = quarantine(config, &path, &reason, true, now)?;
+            created = true;
+            quarantined = Some(Quarantined {
+                moved_to: moved,
+                reason,
+            });
+            (store, loaded)
+        }
+        Err(StoreError::Corrupt(reason)) => {
+            let (store, loaded, moved) = quarantine(config, &path, &reason, true, now)?;
+            created = true;
+            quarantined = Some(Quarantined {
+                moved_to: moved,
+                reason,
+            });
+            (store, loaded)
+        }
+        Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
+        Err(error) => return Err(unavailable(&path, &error)),
+    };
+    Ok(Opened {
+        store,
+        loaded,
+        created,
+        quarantined,
+    })
+}
+
+/// What a quarantine knows of one tier of the store it moves aside: how many records, bytes
+/// and which numbers it held, by the best source there is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TierBound {
+    epoch: u64,
+    records: u64,
+    bytes: u64,
+    /// Sequence numbers the tier held, inclusive (`first` 1 when unknown).
+    first: u64,
+    last: u64,
+}
+
+/// One tier's records lost to a quarantine: the bound minus what the salvage copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct QuarantineLoss {
+    epoch: u64,
+    count: u64,
+    bytes: u64,
+    first_seq: u64,
+    last_seq: u64,
+}
+
+/// What the salvage of one tier copied, and the gaps it found among the numbers the bound says
+/// the tier held.
+#[derive(Clone, Copy, Debug, Default)]
+struct TierSalvage {
+    copied: u64,
+    /// Copied records (and their bytes) whose numbers the bound covers.
+    copied_in_bound: u64,
+    copied_bytes_in_bound: u64,
+    /// Last number copied inside the bound, and the extent of the numbers not copied there.
+    last_copied: u64,
+    gap: Option<(u64, u64)>,
+}
+
+impl TierSalvage {
+    fn copied(&mut self, seq: u64, bytes: u64, bound: Option<&TierBound>) {
+        self.copied += 1;
+        let Some(bound) = bound.filter(|b| (b.first..=b.last).contains(&seq)) else {
+            return;
+        };
+        self.copied_in_bound += 1;
+        self.copied_bytes_in_bound += bytes;
+        let expected = self.last_copied.max(bound.first.saturating_sub(1)) + 1;
+        if seq > expected {
+            self.widen_gap(expected, seq - 1);
+        }
+        self.last_copied = seq;
+    }
+
+    fn widen_gap(&mut self, first: u64, last: u64) {
+        self.gap = Some(match self.gap {
+            Some((a, b)) => (a.min(first), b.max(last)),
+            None => (first, last),
+        });
+    }
+
+    /// The loss this salvage leaves against `bound`.
+    fn loss(mut self, bound: &TierBound) -> QuarantineLoss {
+        let after = self.last_copied.max(bound.first.saturating_sub(1)) + 1;
+        if bound.last >= after {
+            self.widen_gap(after, bound.last);
+        }
+        let count = bound.records.saturating_sub(self.copied_in_bound);
+        let (first_seq, last_seq) = match (count, self.gap) {
+            (0, _) => (0, 0),
+            (_, Some(gap)) => gap,
+            (_, None) => (bound.first, bound.last),
+        };
+        QuarantineLoss {
+            epoch: bound.epoch,
+            count,
+            bytes: bound.bytes.saturating_sub(self.copied_bytes_in_bound),
+            first_seq,
+            last_seq,
+        }
+    }
+}
+
+/// Per tier, what the old store held by its own state (exact as of its last commit, unless the
+/// damage reached it) or, when that cannot be read, by the last status snapshot (as of at most
+/// `status_interval` before the last commit). A snapshot of the same epoch also gives the oldest
+/// number, and the larger of the two counts is taken.
+fn bounds(old: Option<&Persisted>, snapshot: Option<&QueueStatus>) -> Option<PerTier<TierBound>> {
+    let tier = |ix: usize| -> Option<TierBound> {
+        match (old, snapshot) {
+            (Some(old), snapshot) => {
+                let mut bound = TierBound {
+                    epoch: old.epoch,
+                    records: *old.records.at(ix),
+                    bytes: *old.bytes.at(ix),
+                    first: 1,
+                    last: old.next_seq.at(ix).saturating_sub(1),
+                };
+                // A snapshot of the same store narrows the numbers; where it counted more (the
+                // state itself may be damaged), the larger count is the safer bound.
+                if let Some(t) = snapshot
+                    .filter(|s| s.epoch == old.epoch)
+                    .map(|s| s.tiers.at(ix))
+                {
+                    bound.first = t.first_seq.max(1);
+                    bound.records = bound.records.max(t.records);
+                    bound.bytes = bound.bytes.max(t.bytes);
+                    bound.last = bound.last.max(t.durable_seq);
+                }
+                Some(bound)
+            }
+            (None, Some(s)) => {
+                let t = s.tiers.at(ix);
+                Some(TierBound {
+                    epoch: s.epoch,
+                    records: t.records,
+                    bytes: t.bytes,
+                    first: t.first_seq.max(1),
+                    last: t.durable_seq,
+                })
+            }
+            (None, None) => None,
+        }
+    };
+    Some(PerTier {
+        safety: tier(0)?,
+        slo: tier(1)?,
+        debug: tier(2)?,
+    })
+}
+
+/// Loss totals as a snapshot shows them, `[tier][cause]`.
+fn totals_of(snapshot: &QueueStatus) -> crate::store::LossTotals {
+    let mut totals = [[0u64; LOSS_CAUSES]; 3];
+    for (ix, row) in totals.iter_mut().enumerate() {
+        let t = snapshot.tiers.at(ix);
+        row[LossCause::Evicted as usize] = t.evicted;
+        row[LossCause::Expired as usize] = t.expired;
+        row[LossCause::Corrupt as usize] = t.corrupt;
+        row[LossCause::DiskFull as usize] = t.disk_full;
+        row[LossCause::Quarantined as usize] = t.quarantined;
+        row[LossCause::BufferOverflow as usize] = t.buffer_overflow;
+        row[LossCause::Refused as usize] = t.refused;
+    }
+    totals
+}
+
+/// Builds a fresh store whose first transaction already holds the loss reports, then moves the
+/// broken file aside and the fresh one into place. Each step leaves something a later open
+/// completes: the old file (quarantined again) or the fresh file (renamed into place).
 ///
 /// With `salvage`, every record of the broken store that can still be read and passes its checks
 /// is copied into the fresh one under its sequence number (in the new epoch, so no number is
-/// reused if the damage rolled the state back); records the old state counted but that could not
-/// be copied are reported as `Corrupt` losses, and the old loss totals carry over.
+/// reused if the damage rolled the state back). What the old store held and the salvage could
+/// not copy is reported per tier as a `Quarantined` loss under the **old** epoch, with its
+/// bytes and the range of numbers it lies in, bounded by the old state or else by the last
+/// status snapshot (no report for a tier nothing bounds, or that lost nothing). The old loss
+/// totals carry over from the same source.
 fn quarantine(
     config: &QueueConfig,
     path: &Path,
@@ -1645,14 +2378,14 @@ fn quarantine(
         }
         _ => {}
     }
-    let broken_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    let snapshot = status::read_snapshot(dir).ok().filter(|s| s.epoch != 0);
     let mut state = Persisted::fresh(new_epoch(now));
-    let mut salvaged = PerTier::<u64>::default();
+    let mut salvaged = PerTier::<TierSalvage>::default();
+    let mut bound = None;
     {
         let store =
             Store::open(&fresh, config.get().cache_bytes).map_err(|e| unavailable(&fresh, &e))?;
-        let mut ledger = LossLedger::default();
-        ledger.add(0, LossCause::Quarantined, None, broken_bytes);
+        let mut old = None;
         let mut kv = Vec::new();
         if salvage && path.exists() {
             // Whatever the salvage cannot read stays in the quarantined file and is counted.
@@ -1663,38 +2396,71 @@ fn quarantine(
                     cache,
                     &store,
                     &mut state,
-                    &mut ledger,
+                    snapshot.as_ref(),
+                    &mut old,
+                    &mut bound,
                     &mut salvaged,
                     &mut kv,
                 )
             }));
         }
-        let (mut scratch, mut value, mut written) = (Vec::new(), Vec::new(), PerTier::default());
+        if bound.is_none() {
+            bound = bounds(old.as_ref(), snapshot.as_ref());
+        }
+        if let Some(old) = &old {
+            state.losses = old.losses;
+        } else if let Some(snapshot) = &snapshot {
+            state.losses = totals_of(snapshot);
+        }
+        let losses = bound.map(|bound| PerTier {
+            safety: salvaged.safety.loss(&bound.safety),
+            slo: salvaged.slo.loss(&bound.slo),
+            debug: salvaged.debug.loss(&bound.debug),
+        });
+        let (mut scratch, mut value) = (Vec::new(), Vec::new());
         store
             .write(|tx| {
-                write_loss_reports(
-                    tx,
-                    &mut state,
-                    &ledger,
-                    now,
-                    &mut scratch,
-                    &mut value,
-                    &mut written,
-                )?;
+                if let Some(losses) = &losses {
+                    write_quarantine_reports(
+                        tx,
+                        &mut state,
+                        losses,
+                        now,
+                        &mut scratch,
+                        &mut value,
+                    )?;
+                }
                 for (key, value) in &kv {
                     tx.put_kv(key, Some(value))?;
                 }
                 tx.put_state(&state)
             })
             .map_err(|e| unavailable(&fresh, &e))?;
-    }
-    if salvaged.sum() > 0 {
-        tracing::warn!(
-            safety = salvaged.safety,
-            slo = salvaged.slo,
-            debug = salvaged.debug,
-            "Salvaged intact records from the damaged queue store into the new epoch."
-        );
+        match &losses {
+            Some(losses) => tracing::warn!(
+                old_epoch = bound.map_or(0, |b| b.safety.epoch),
+                safety_lost = losses.safety.count,
+                slo_lost = losses.slo.count,
+                debug_lost = losses.debug.count,
+                safety_salvaged = salvaged.safety.copied,
+                slo_salvaged = salvaged.slo.copied,
+                debug_salvaged = salvaged.debug.copied,
+                source = if old.is_some() {
+                    "its state"
+                } else {
+                    "the last status snapshot"
+                },
+                "Quarantined a damaged queue store; what it held and the salvage could not copy \
+                 is reported lost under its epoch."
+            ),
+            None => tracing::error!(
+                safety_salvaged = salvaged.safety.copied,
+                slo_salvaged = salvaged.slo.copied,
+                debug_salvaged = salvaged.debug.copied,
+                "Quarantined a damaged queue store whose state and status snapshot are both \
+                 unreadable: what it lost is unknown and not reported."
+            ),
+        }
     }
     let folder = dir.join(QUARANTINE_DIR);
     std::fs::create_dir_all(&folder).map_err(|source| QueueError::Directory {
@@ -1724,15 +2490,63 @@ fn quarantine(
     Ok((store, loaded, moved))
 }
 
-/// Copies the intact records of the store at `path` into `fresh`, in chunks of a few MiB, and
-/// accounts for what it could not copy; hands back its key-value area if it can be read.
+/// Appends one `Quarantined` `QueueLoss` per tier that lost records, under the old epoch (to
+/// the safety tier for safety, the SLO tier otherwise), adding them to the running totals.
+fn write_quarantine_reports(
+    tx: &StoreTx<'_>,
+    state: &mut Persisted,
+    losses: &PerTier<QuarantineLoss>,
+    now: SystemTime,
+    scratch: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> Result<(), StoreError> {
+    for (ix, loss) in [losses.safety, losses.slo, losses.debug].iter().enumerate() {
+        if loss.count == 0 {
+            continue;
+        }
+        let total = &mut state.losses[ix][LossCause::Quarantined as usize];
+        *total += loss.count;
+        let event = Event {
+            seq: 0,
+            event_time_unix_ns: unix_ns(now),
+            monotonic_ns: 0,
+            kind: Some(Kind::QueueLoss(QueueLoss {
+                tier: TIERS[ix] as i32,
+                cause: LossCause::Quarantined as i32,
+                count: loss.count,
+                first_seq: loss.first_seq,
+                last_seq: loss.last_seq,
+                epoch: loss.epoch,
+                bytes: loss.bytes,
+                total: *total,
+            })),
+        };
+        insert_event(
+            tx,
+            state,
+            if ix == 0 { 0 } else { 1 },
+            &event,
+            now,
+            scratch,
+            value,
+        )?;
+    }
+    Ok(())
+}
+
+/// Copies the intact records of the store at `path` into `fresh`, in chunks of a few MiB;
+/// hands back its state (`old`) and key-value area if they can be read, the bounds of what it
+/// held (`bound`, from its state or `snapshot`), and per tier what was copied.
+#[allow(clippy::too_many_arguments)]
 fn salvage_into(
     path: &Path,
     cache: u64,
     fresh: &Store,
     state: &mut Persisted,
-    ledger: &mut LossLedger,
-    salvaged: &mut PerTier<u64>,
+    snapshot: Option<&QueueStatus>,
+    old: &mut Option<Persisted>,
+    bound: &mut Option<PerTier<TierBound>>,
+    salvaged: &mut PerTier<TierSalvage>,
     kv: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<(), StoreError> {
     const CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -1740,14 +2554,15 @@ fn salvage_into(
     // The area is copied even when the state is unusable (its entries describe records the
     // salvage keeps or counts); an unreadable area is lost with the file.
     *kv = broken.kv().unwrap_or_default();
-    let old = broken.load().ok().flatten().map(|loaded| loaded.state);
-    if let Some(old) = &old {
-        state.losses = old.losses;
+    *old = broken.load().ok().flatten().map(|loaded| loaded.state);
+    *bound = bounds(old.as_ref(), snapshot);
+    if let Some(old) = old.as_ref() {
+        // Numbers go on from the old store's: none is given twice, in either epoch's reports.
         state.next_seq = old.next_seq;
     }
     for ix in 0..3 {
+        let tier_bound = bound.as_ref().map(|b| *b.at(ix));
         let mut from = 0u64;
-        let mut seen = 0u64;
         let mut chunk: Vec<(u64, Vec<u8>)> = Vec::new();
         loop {
             chunk.clear();
@@ -1755,13 +2570,9 @@ fn salvage_into(
             let mut next_from = None;
             let read = broken.read(ix, from, u64::MAX, |seq, value| {
                 next_from = Some(seq.saturating_add(1));
-                seen += 1;
-                match record::check(value, seq) {
-                    Ok(_) => {
-                        chunk_bytes += value.len();
-                        chunk.push((seq, value.to_vec()));
-                    }
-                    Err(_) => ledger.add(ix, LossCause::Corrupt, Some(seq), 0),
+                if record::check(value, seq).is_ok() {
+                    chunk_bytes += value.len();
+                    chunk.push((seq, value.to_vec()));
                 }
                 chunk_bytes < CHUNK_BYTES
             });
@@ -1769,23 +2580,18 @@ fn salvage_into(
                 let mut table = tx.tier(ix)?;
                 for (seq, value) in &chunk {
                     table.insert(*seq, value)?;
+                    let bytes = record::KEY_LEN + value.len() as u64;
                     *state.records.at_mut(ix) += 1;
-                    *state.bytes.at_mut(ix) += record::KEY_LEN + value.len() as u64;
+                    *state.bytes.at_mut(ix) += bytes;
                     let next = state.next_seq.at_mut(ix);
                     *next = (*next).max(seq + 1);
-                    *salvaged.at_mut(ix) += 1;
+                    salvaged.at_mut(ix).copied(*seq, bytes, tier_bound.as_ref());
                 }
                 Ok(())
             })?;
             match (read, next_from) {
                 (Ok(()), Some(next)) if next > from && next != u64::MAX => from = next,
                 _ => break,
-            }
-        }
-        if let Some(old) = &old {
-            let missing = old.records.at(ix).saturating_sub(seen);
-            if missing > 0 {
-                ledger.add_count(ix, LossCause::Corrupt, missing);
             }
         }
     }

@@ -16,10 +16,16 @@
 //! offline_window_seconds <f64 | none>
 //! store_available <true | false>
 //! tier <name> records <u64> bytes <u64> cap_bytes <u64> oldest_age_ms <u64 | none>
-//!      durable_seq <u64> pending <u64> evicted <u64> expired <u64> corrupt <u64>
-//!      disk_full <u64> buffer_overflow <u64> quarantined <u64> append_bytes_per_second <f64>
+//!      first_seq <u64> durable_seq <u64> pending <u64> evicted <u64> expired <u64>
+//!      corrupt <u64> disk_full <u64> buffer_overflow <u64> refused <u64> quarantined <u64>
+//!      append_bytes_per_second <f64>
 //! ```
 //! (each `tier` line is one line; three of them, safety, slo, debug.)
+//!
+//! Besides `status`, the snapshot is what bounds a quarantine's loss when the damaged store's
+//! own state cannot be read: its epoch, and per tier the records, bytes and sequence range it
+//! held, and its loss totals, as of at most `status_interval` before. A queue that never opened
+//! its store does not write one (it would erase that bound with placeholders).
 //!
 //! Invariants:
 //! - `read_snapshot` accepts exactly what `write_snapshot` writes and refuses anything else with
@@ -47,6 +53,8 @@ pub struct TierStatus {
     pub cap_bytes: u64,
     /// Age of the oldest stored record (since its append).
     pub oldest_age: Option<Duration>,
+    /// Sequence number of the oldest stored record (0: none stored).
+    pub first_seq: u64,
     /// Highest durable sequence number.
     pub durable_seq: u64,
     /// Appends waiting for a flush.
@@ -61,7 +69,9 @@ pub struct TierStatus {
     pub disk_full: u64,
     /// Safety records refused because the in-memory hold buffer was full.
     pub buffer_overflow: u64,
-    /// Stores quarantined (counted on the safety tier).
+    /// Records the broker refused again and again, given up on (dead letters).
+    pub refused: u64,
+    /// Records lost to quarantines (the best bound known at each: see `docs/queue.md`).
     pub quarantined: u64,
     /// Smoothed append rate.
     pub append_bytes_per_second: f64,
@@ -161,8 +171,9 @@ pub fn write_snapshot_to(
         }
         let _ = writeln!(
             text,
-            " durable_seq {} pending {} evicted {} expired {} corrupt {} disk_full {} \
-             buffer_overflow {} quarantined {} append_bytes_per_second {}",
+            " first_seq {} durable_seq {} pending {} evicted {} expired {} corrupt {} \
+             disk_full {} buffer_overflow {} refused {} quarantined {} append_bytes_per_second {}",
+            t.first_seq,
             t.durable_seq,
             t.pending,
             t.evicted,
@@ -170,6 +181,7 @@ pub fn write_snapshot_to(
             t.corrupt,
             t.disk_full,
             t.buffer_overflow,
+            t.refused,
             t.quarantined,
             t.append_bytes_per_second
         );
@@ -239,6 +251,7 @@ fn parse(text: &str) -> Result<QueueStatus, SnapshotError> {
                                 _ => Some(Duration::from_millis(int()?)),
                             };
                         }
+                        "first_seq" => tier.first_seq = int()?,
                         "durable_seq" => tier.durable_seq = int()?,
                         "pending" => tier.pending = int()?,
                         "evicted" => tier.evicted = int()?,
@@ -246,6 +259,7 @@ fn parse(text: &str) -> Result<QueueStatus, SnapshotError> {
                         "corrupt" => tier.corrupt = int()?,
                         "disk_full" => tier.disk_full = int()?,
                         "buffer_overflow" => tier.buffer_overflow = int()?,
+                        "refused" => tier.refused = int()?,
                         "quarantined" => tier.quarantined = int()?,
                         "append_bytes_per_second" => {
                             tier.append_bytes_per_second = v.parse().map_err(|_| bad(n))?;
@@ -285,6 +299,7 @@ mod tests {
             bytes: 300,
             cap_bytes: 1000,
             oldest_age: Some(Duration::from_millis(1500)),
+            first_seq: 3,
             durable_seq: 9,
             pending: 1,
             evicted: 2,
@@ -292,6 +307,7 @@ mod tests {
             corrupt: 5,
             disk_full: 6,
             buffer_overflow: 7,
+            refused: 10,
             quarantined: 8,
             append_bytes_per_second: 12.5,
         };

@@ -10,9 +10,16 @@
 //! - The state record (epoch, next sequence numbers, record and byte counts, loss totals) is
 //!   written in the same transaction as the records it describes.
 //! - redb errors are classified once, here: corruption, a full disk, other I/O, a held lock.
+//! - Closing a store never panics out of it: redb may panic closing a damaged file, and the
+//!   queue closes stores exactly when they are damaged or failing.
+//! - A compaction copy ([`CopyJob`]) reads a snapshot of the live store from another thread
+//!   and writes only its own new file; the live store goes on committing meanwhile.
 
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use edgewatch_proto::tier::PerTier;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
@@ -156,15 +163,28 @@ pub struct Loaded {
     pub corrupt: Vec<(usize, u64)>,
     /// Records the state counted that the tables no longer hold.
     pub unaccounted: PerTier<u64>,
-    /// Append time of the oldest intact record per tier.
-    pub oldest_unix_ms: PerTier<Option<u64>>,
+    /// Sequence number and append time of the oldest intact record per tier.
+    pub oldest: PerTier<Option<(u64, u64)>>,
     /// The key-value area, in key order.
     pub kv: Vec<(String, Vec<u8>)>,
 }
 
-/// An open store.
+/// An open store. Shared with a compaction copy while one runs; closed (contained) when the
+/// last holder drops it.
 pub struct Store {
-    db: Database,
+    db: ManuallyDrop<Arc<Database>>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // SAFETY: `db` is taken exactly once, here, and never used again.
+        let db = unsafe { ManuallyDrop::take(&mut self.db) };
+        // redb commits its allocator state when the last handle closes, and panics on a file
+        // it finds damaged while doing so: a closing store is often a damaged one.
+        if catch_unwind(AssertUnwindSafe(move || drop(db))).is_err() {
+            tracing::warn!("Closing the queue store failed; the file is left as it was.");
+        }
+    }
 }
 
 impl Store {
@@ -174,7 +194,13 @@ impl Store {
         let mut builder = Database::builder();
         builder.set_cache_size(usize::try_from(cache_bytes).unwrap_or(usize::MAX));
         let db = builder.create(path)?;
-        Ok(Self { db })
+        Ok(Self::from_db(db))
+    }
+
+    fn from_db(db: Database) -> Self {
+        Self {
+            db: ManuallyDrop::new(Arc::new(db)),
+        }
     }
 
     /// Reads the state and verifies every record against it (checksum, key, count): a store
@@ -228,7 +254,7 @@ impl Store {
             state,
             corrupt: Vec::new(),
             unaccounted: PerTier::default(),
-            oldest_unix_ms: PerTier::default(),
+            oldest: PerTier::default(),
             kv: Vec::new(),
         };
         loaded.kv = read_kv(&txn)?;
@@ -253,9 +279,9 @@ impl Store {
                 match record::check(value, seq) {
                     Ok(view) => {
                         loaded
-                            .oldest_unix_ms
+                            .oldest
                             .at_mut(ix)
-                            .get_or_insert(view.appended_unix_ms);
+                            .get_or_insert((seq, view.appended_unix_ms));
                     }
                     Err(_) => loaded.corrupt.push((ix, seq)),
                 }
@@ -345,12 +371,145 @@ impl Store {
     /// Verifies the checksum of every page of the committed trees (reads the whole file). False if
     /// the file was damaged and redb repaired it (possibly by falling back to an older commit).
     pub fn verify(&mut self) -> Result<bool, StoreError> {
-        Ok(self.db.check_integrity()?)
+        match Arc::get_mut(&mut self.db) {
+            Some(db) => Ok(db.check_integrity()?),
+            None => Err(StoreError::Io(
+                "the store is shared with a compaction".into(),
+            )),
+        }
     }
 
-    /// Rewrites the file without its free pages; true if it shrank.
-    pub fn compact(&mut self) -> Result<bool, StoreError> {
-        Ok(self.db.compact()?)
+    /// A copy of this store's records into a new file at `dest`, to run on another thread
+    /// ([`CopyJob::run`]) while this store goes on; `cancel` stops it between chunks.
+    pub fn copy_job(&self, dest: PathBuf, cache_bytes: u64, cancel: Arc<AtomicBool>) -> CopyJob {
+        CopyJob {
+            source: Arc::clone(&self.db),
+            dest,
+            cache_bytes,
+            cancel,
+        }
+    }
+
+    /// Opens a file a [`CopyJob`] wrote (already open in `copied`).
+    pub fn from_copy(copied: Copied) -> (Self, CopiedFrom) {
+        (Self::from_db(copied.db), copied.from)
+    }
+}
+
+/// What a compaction copy copied: its snapshot of the live store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopiedFrom {
+    /// The live store's next sequence numbers in the snapshot: every record below them that
+    /// the snapshot held was copied; records appended later were not.
+    pub next_seq: PerTier<u64>,
+    /// Records copied.
+    pub records: u64,
+    /// Bytes copied (keys and values).
+    pub bytes: u64,
+}
+
+/// A finished copy: the new file, open, and what it holds.
+pub struct Copied {
+    db: Database,
+    from: CopiedFrom,
+}
+
+/// Copies the records of a live store, as of one read snapshot, into a new file (see
+/// [`Store::copy_job`]). Sendable to another thread; touches only its own file.
+pub struct CopyJob {
+    source: Arc<Database>,
+    dest: PathBuf,
+    cache_bytes: u64,
+    cancel: Arc<AtomicBool>,
+}
+
+impl CopyJob {
+    /// Runs the copy: chunks of a few MiB in non-durable transactions, then one durable commit.
+    /// A panic inside redb is reported as corruption.
+    pub fn run(self) -> Result<Copied, StoreError> {
+        contain_panic(AssertUnwindSafe(|| self.run_inner()))
+    }
+
+    fn run_inner(self) -> Result<Copied, StoreError> {
+        const CHUNK_BYTES: usize = 4 * 1024 * 1024;
+        match std::fs::remove_file(&self.dest) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Io(error.to_string()));
+            }
+            _ => {}
+        }
+        let mut builder = Database::builder();
+        builder.set_cache_size(usize::try_from(self.cache_bytes).unwrap_or(usize::MAX));
+        let dest = builder.create(&self.dest)?;
+        let snapshot = self.source.begin_read()?;
+        let mut next_seq = PerTier::all(1);
+        {
+            let meta = snapshot.open_table(META)?;
+            for (ix, key) in META_NEXT_SEQ.iter().enumerate() {
+                if let Some(value) = meta.get(*key)? {
+                    *next_seq.at_mut(ix) = value.value().max(1);
+                }
+            }
+        }
+        let (mut records, mut bytes) = (0u64, 0u64);
+        let mut chunk: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (ix, definition) in TIER_TABLES.iter().enumerate() {
+            let table = match snapshot.open_table(*definition) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => continue,
+                Err(error) => return Err(error.into()),
+            };
+            let mut from = 0u64;
+            loop {
+                if self.cancel.load(Ordering::Relaxed) {
+                    return Err(StoreError::Io("compaction cancelled".into()));
+                }
+                chunk.clear();
+                let mut chunk_bytes = 0;
+                for entry in table.range(from..)? {
+                    let (key, value) = entry?;
+                    chunk_bytes += value.value().len();
+                    chunk.push((key.value(), value.value().to_vec()));
+                    if chunk_bytes >= CHUNK_BYTES {
+                        break;
+                    }
+                }
+                let Some(&(last, _)) = chunk.last() else {
+                    break;
+                };
+                let mut txn = dest.begin_write()?;
+                txn.set_durability(Durability::None)?;
+                {
+                    let mut out = txn.open_table(TIER_TABLES[ix])?;
+                    for (seq, value) in &chunk {
+                        out.insert(*seq, value.as_slice())?;
+                        records += 1;
+                        bytes += record::KEY_LEN + value.len() as u64;
+                    }
+                }
+                txn.commit()?;
+                if last == u64::MAX {
+                    break;
+                }
+                from = last + 1;
+            }
+        }
+        drop(snapshot);
+        let mut txn = dest.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        for definition in TIER_TABLES {
+            // Every tier table exists in the copy, even an empty one.
+            drop(txn.open_table(definition)?);
+        }
+        txn.commit()?;
+        Ok(Copied {
+            db: dest,
+            from: CopiedFrom {
+                next_seq,
+                records,
+                bytes,
+            },
+        })
     }
 }
 
@@ -503,7 +662,7 @@ impl Loaded {
             state,
             corrupt: Vec::new(),
             unaccounted: PerTier::default(),
-            oldest_unix_ms: PerTier::default(),
+            oldest: PerTier::default(),
             kv: Vec::new(),
         }
     }

@@ -460,10 +460,13 @@ fn compaction_after_a_drain_shrinks_the_file() {
     queue.ack(Tier::Debug, epoch, 1..=8000, at_ms(9001));
     queue.flush(at_ms(9002)).unwrap();
     assert_eq!(queue.status(at_ms(9002)).tiers.debug.records, 0);
-    assert!(queue.compact_if_drained().unwrap());
+    assert!(queue.compact_if_drained(at_ms(9002)).unwrap());
     let compacted = queue.file_bytes();
     assert!(compacted * 4 < full, "{full} -> {compacted}");
-    assert!(!queue.compact_if_drained().unwrap(), "nothing left to gain");
+    assert!(
+        !queue.compact_if_drained(at_ms(99_002)).unwrap(),
+        "nothing left to gain"
+    );
     // Still a working queue.
     queue
         .append(Tier::Debug, &named_event("after", 1), at_ms(9003))

@@ -36,7 +36,7 @@ fn config(dir: &std::path::Path) -> RawQueueConfig {
     config.max_pending_bytes = 256 * 1024;
     config.safety_hold_records = HOLD;
     config.offline_window_threshold = None;
-    config.store_retry_interval = Duration::from_secs(1);
+    config.store_retry_min = Duration::from_secs(1);
     config
 }
 

@@ -136,9 +136,11 @@ pub struct AgentCounts {
     pub connected: bool,
     /// Connections lost or refused so far.
     pub disconnects: u64,
-    /// Events acknowledged by the broker.
+    /// Events the broker acknowledged, which then left the queue: `queued` minus `backlog`
+    /// (the demo's queues never evict), so that, like `queued`, it counts across agent
+    /// restarts.
     pub acked: u64,
-    /// Events queued durably since the agent started (sum of the tiers' sequence numbers).
+    /// Events queued durably since the queue was created (sum of the tiers' sequence numbers).
     pub queued: u64,
     /// Records waiting in the queue.
     pub backlog: u64,
@@ -148,6 +150,13 @@ pub struct AgentCounts {
     pub epoch: u64,
     /// When the queue wrote its snapshot (ms since the Unix epoch).
     pub queue_as_of_unix_ms: u64,
+    /// Appends not yet durable when the queue wrote its snapshot, all tiers.
+    pub pending: u64,
+    /// The agent has seen its control loop end (its probe's producer is dead), so the loop's
+    /// final counters are queued.
+    pub loop_ended: bool,
+    /// When the agent wrote its status file (ms since the Unix epoch).
+    pub status_as_of_unix_ms: u64,
 }
 
 impl Agent {
@@ -199,17 +208,59 @@ impl Agent {
         let uplink = &status["uplink"];
         let queue = edgewatch_queue::read_snapshot(&self.paths.queue).ok()?;
         let tiers = [queue.tiers.safety, queue.tiers.slo, queue.tiers.debug];
+        let queued: u64 = tiers.iter().map(|t| t.durable_seq).sum();
+        let backlog: u64 = tiers.iter().map(|t| t.records).sum();
+        let probe = format!("probe:{LOOP_NAME}");
+        let loop_ended = status["sources"].as_array().is_some_and(|sources| {
+            sources
+                .iter()
+                .any(|s| s["name"] == probe.as_str() && s["state"] == "dead")
+        });
         Some(AgentCounts {
             connected: uplink["connected"].as_bool() == Some(true),
             disconnects: uplink["disconnects"].as_u64().unwrap_or(0),
-            acked: uplink["events_acked"].as_u64().unwrap_or(0),
-            queued: tiers.iter().map(|t| t.durable_seq).sum(),
-            backlog: tiers.iter().map(|t| t.records).sum(),
+            acked: queued.saturating_sub(backlog),
+            queued,
+            backlog,
             durable_seq: tiers.map(|t| t.durable_seq),
             epoch: queue.epoch,
             queue_as_of_unix_ms: queue.as_of_unix_ms,
+            pending: tiers.iter().map(|t| t.pending).sum(),
+            loop_ended,
+            status_as_of_unix_ms: status["as_of_unix_ms"].as_u64().unwrap_or(0),
         })
     }
+}
+
+/// What a control loop counted of itself, from its own clock (`tally.total`, or one model
+/// version's part, of its JSON summary).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoopCounts {
+    /// Activations released: run or skipped.
+    pub activations: u64,
+    /// Activations that completed after release + deadline, or never ran.
+    pub deadline_misses: u64,
+    /// Steps whose duration exceeded the budget.
+    pub overruns: u64,
+    /// Activations that never ran.
+    pub skipped: u64,
+    /// Fallbacks to the safety controller.
+    pub fallbacks: u64,
+    /// Operator interventions.
+    pub interventions: u64,
+    /// Safe stops.
+    pub safe_stops: u64,
+    /// Nanoseconds in autonomous mode.
+    pub autonomous_ns: u64,
+}
+
+/// A control loop's tally: in total and per model version (`""` before one was published).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoopTally {
+    /// Over the whole run.
+    pub total: LoopCounts,
+    /// Per model version in effect.
+    pub models: BTreeMap<String, LoopCounts>,
 }
 
 /// The part of `edgewatch-synthetic-loop`'s JSON summary the demo uses.
@@ -221,10 +272,14 @@ pub struct LoopSummary {
     pub cycles: u64,
     /// Cycles made to overrun on purpose.
     pub misses_injected: u64,
-    /// Cycles whose duration exceeded the budget (what the probe counts as misses).
+    /// Cycles whose duration exceeded the budget (overruns, what ABI 1 probes called misses).
     pub misses_observed: u64,
-    /// Activations skipped on purpose.
+    /// Activations skipped on purpose (skips, and the activations a hang swallowed).
     pub skipped_injected: u64,
+    /// Steps started late on purpose.
+    pub late_starts_injected: u64,
+    /// Hangs carried out.
+    pub hangs_injected: u64,
     /// Fallbacks to the safety controller.
     pub fallbacks: u64,
     /// Operator interventions.
@@ -233,6 +288,8 @@ pub struct LoopSummary {
     pub safe_stops: u64,
     /// Seconds per autonomy mode (`autonomous`, `manual`, `teleoperated`, `idle`, `unknown`).
     pub autonomy_seconds: BTreeMap<String, f64>,
+    /// The loop's own account of its activations, deadline misses and events.
+    pub tally: LoopTally,
 }
 
 impl LoopSummary {

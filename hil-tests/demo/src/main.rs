@@ -134,19 +134,37 @@ fn print_outcome(outcome: &Outcome, options: &Options) {
         s.duration_s.round()
     );
     println!();
-    println!("What the control loops injected (compare with the report):");
+    println!(
+        "What the control loops counted of themselves, by their own clocks (the report's rows add \
+         up the machines of one class, site and version):"
+    );
     for m in &s.machines {
+        let t = &m.injected.tally.total;
         println!(
-            "  {:<14} {:>5} cycles  {:>3} misses  {} fallbacks  {} interventions  {} safe stops  {:>5.1} s autonomous",
+            "  {:<14} {:>5} activations  {:>3} deadline misses ({:>2} skipped)  {:>2} overruns  \
+             {} fallbacks  {} interventions  {} safe stops  {:>5.1} s autonomous",
             m.id,
-            m.injected.cycles,
-            m.injected.misses_observed,
-            m.injected.fallbacks,
-            m.injected.interventions,
-            m.injected.safe_stops,
-            m.injected.seconds("autonomous")
+            t.activations,
+            t.deadline_misses,
+            t.skipped,
+            t.overruns,
+            t.fallbacks,
+            t.interventions,
+            t.safe_stops,
+            t.autonomous_ns as f64 / 1e9
         );
     }
+    let r = &s.restart;
+    // Whole seconds since the loops started, as the progress lines stamp them.
+    let offset = |ms: i64| (ms - s.loops_started_unix_ms) / 1000;
+    println!(
+        "{}'s agent was killed ({}) at {} s and started again at {} s; its loop ran on, and its \
+         counts include what the loop did meanwhile.",
+        r.machine,
+        r.signal,
+        offset(r.killed_unix_ms),
+        offset(r.restarted_unix_ms)
+    );
     println!();
     println!("Files of this run: {}", out.display());
     println!(
@@ -157,7 +175,7 @@ fn print_outcome(outcome: &Outcome, options: &Options) {
     println!("  logs      gateway/gateway.log, machines/<id>/agent.log, machines/<id>/loop.log");
     println!("  report    report.txt, report.json");
     println!("  FOCUS     focus.csv, focus-autonomy.csv");
-    println!("  summary   demo-summary.json (timeline, what each loop injected)");
+    println!("  summary   demo-summary.json (timeline, each loop's tally, the agent restart)");
     println!();
     println!("Report again (or with --json):");
     println!(

@@ -5,15 +5,21 @@
 //!
 //! ```text
 //! files ─► build ─► broker (rumqttd) ─► proxy ─► gateway ─► agents connected ─► loops start
-//!   ─► timeline: blackhole truck-102 · heat grader-301 · heal · cool ─► loops end
-//!   ─► drain (store holds every queued sequence number) ─► stop ─► report, FOCUS ─► summary
+//!   ─► timeline: blackhole truck-102 · heat grader-301 · SIGKILL truck-101's agent · heal
+//!      · start truck-101's agent again · cool ─► loops end
+//!   ─► every agent saw its loop end ─► drain (store holds every sequence number queued by
+//!      then) ─► stop agents, gateway ─► report, FOCUS ─► summary
 //! ```
 //!
 //! Invariants:
 //! - Progress goes to the writer handed in, one short line at a time; process output goes to log
 //!   files, never to the terminal.
 //! - The run fails (and says which log to read) if the gateway or an agent dies, or does not get
-//!   ready; it never reports on a fleet that did not run.
+//!   ready; it never reports on a fleet that did not run. The agent the demo kills is the one
+//!   exception, while it is down.
+//! - The loops stop before the agents, and the drain's targets are taken only after each agent
+//!   has seen its loop end, from a queue snapshot written later with nothing pending: so the
+//!   loop's final counters are among what the drain waits for, however late an agent polls.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -27,7 +33,9 @@ use edgewatch_harness::proxy::{Fault, FaultProxy};
 use crate::files::{self, GatewaySettings, Layout};
 use crate::fleet::{Agent, AgentCounts, ControlLoop, FleetError, Gateway, GatewayCounts};
 use crate::scenario::{LOOP_BUDGET_MS, LOOP_RATE_HZ, MODEL, Plan, Role};
-use crate::summary::{DemoSummary, HeatSummary, MachineSummary, PartitionSummary, Timings};
+use crate::summary::{
+    DemoSummary, HeatSummary, MachineSummary, PartitionSummary, RestartSummary, Timings,
+};
 use crate::sysfs::{self, ThermalTree};
 
 /// How a run is set up.
@@ -231,6 +239,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         .machines
         .iter()
         .position(|m| m.role == Role::Partitioned);
+    // The agent killed and started again: the overrunning machine's. SIGKILL, not SIGTERM: a
+    // crash hands nothing in, so what its loop did since the agent's last durable state, and
+    // while the agent is down, can only come from the probe's header when the agent is back.
+    let restarted_ix = plan.machines.iter().position(|m| m.role == Role::Overruns);
+    let restarted = restarted_ix.map_or("", |i| plan.machines[i].id);
+    let (mut killed_at, mut restarted_at) = (None, None);
     loop {
         let elapsed = run_started.elapsed();
         let stamp = format!("[{:>4}s]", elapsed.as_secs());
@@ -266,6 +280,22 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
                 "{stamp} partition healed: {partitioned} reconnects with {backlog} records queued"
             ));
         }
+        if let Some(i) = restarted_ix {
+            if killed_at.is_none() && elapsed >= plan.agent_down.start {
+                agents[i].process.kill();
+                killed_at = Some(unix_ms());
+                say(format!(
+                    "{stamp} {restarted}: agent killed (SIGKILL); its control loop keeps running"
+                ));
+            }
+            if restarted_at.is_none() && elapsed >= plan.agent_down.end {
+                restarted_at = Some(unix_ms());
+                agents[i].process.respawn()?;
+                say(format!(
+                    "{stamp} {restarted}: agent started again; it continues from what its queue kept"
+                ));
+            }
+        }
         if let Some(tree) = &thermal {
             if heat_start.is_none() && elapsed >= plan.heat.start {
                 tree.set_gpu_millicelsius(sysfs::GPU_HOT_MILLICELSIUS)
@@ -300,8 +330,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
                     &agents,
                     &latest,
                     gateway.counts(),
-                    partition_start.is_some() && partition_heal.is_none(),
-                    partitioned
+                    &Offline {
+                        partitioned: (partition_start.is_some() && partition_heal.is_none())
+                            .then_some(partitioned),
+                        agent_down: (killed_at.is_some() && restarted_at.is_none())
+                            .then_some(restarted),
+                    }
                 )
             ));
         }
@@ -320,7 +354,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         .machines
         .iter()
         .zip(&injected)
-        .map(|(m, s)| format!("{} {} cycles/{} misses", m.id, s.cycles, s.misses_observed))
+        .map(|(m, s)| {
+            format!(
+                "{} {} activations/{} deadline misses",
+                m.id, s.tally.total.activations, s.tally.total.deadline_misses
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     say(format!(
@@ -330,12 +369,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
 
     // Drain: every record queued up to now must reach the store.
     let drain = Instant::now();
-    let drained = drain_all(
-        &agents,
-        &layout.store(),
-        loops_ended_unix_ms,
-        Duration::from_secs(90),
-    )?;
+    let drained = drain_all(&agents, &layout.store(), Duration::from_secs(90))?;
     let drain_s = drain.elapsed().as_secs_f64();
     for (i, agent) in agents.iter().enumerate() {
         if let Some(counts) = agent.counts() {
@@ -438,6 +472,12 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
             start_unix_ms: heat_start.unwrap_or_default(),
             end_unix_ms: heat_end.unwrap_or_default(),
         },
+        restart: RestartSummary {
+            machine: restarted.to_owned(),
+            signal: "SIGKILL".to_owned(),
+            killed_unix_ms: killed_at.unwrap_or_default(),
+            restarted_unix_ms: restarted_at.unwrap_or_default(),
+        },
         drained,
         gateway: gateway_counts,
         report_from,
@@ -510,24 +550,34 @@ fn short(path: &Path) -> String {
         .to_string()
 }
 
+/// Machines whose counts are not moving on, and why.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offline<'a> {
+    /// The machine whose link is cut off, while it is.
+    pub partitioned: Option<&'a str>,
+    /// The machine whose agent is down, while it is.
+    pub agent_down: Option<&'a str>,
+}
+
 /// One progress line: per machine events queued/acknowledged, then the gateway's counts.
 pub fn progress_line(
     agents: &[Agent],
     counts: &[AgentCounts],
     gateway: Option<GatewayCounts>,
-    partition_open: bool,
-    partitioned: &str,
+    offline: &Offline<'_>,
 ) -> String {
     let machines = agents
         .iter()
         .zip(counts)
         .map(|(agent, c)| {
-            let offline = if partition_open && agent.id == partitioned {
+            let note = if offline.partitioned == Some(agent.id) {
                 " (offline)"
+            } else if offline.agent_down == Some(agent.id) {
+                " (agent down)"
             } else {
                 ""
             };
-            format!("{} {}/{}{offline}", agent.id, c.queued, c.acked)
+            format!("{} {}/{}{note}", agent.id, c.queued, c.acked)
         })
         .collect::<Vec<_>>()
         .join("  ");
@@ -539,22 +589,25 @@ pub fn progress_line(
 }
 
 /// Waits until the store holds, for every agent and tier, every sequence number the agent had
-/// queued once its loop ended (`after_unix_ms`): the final counters of the loops included.
-fn drain_all(
-    agents: &[Agent],
-    store: &Path,
-    after_unix_ms: i64,
-    timeout: Duration,
-) -> Result<bool, DemoError> {
-    // The agent needs a poll to see its loop gone and queue the final counters, and the queue
-    // rewrites its snapshot every second: take targets from a snapshot written well after.
-    let settle = u64::try_from(after_unix_ms).unwrap_or(0) + 1_500;
+/// made durable once it had seen its loop end: the loop's final counters included.
+fn drain_all(agents: &[Agent], store: &Path, timeout: Duration) -> Result<bool, DemoError> {
     let deadline = Instant::now() + timeout;
+    // Per agent: when its status file first said its loop had ended, then its drain target.
+    let mut ended: Vec<Option<u64>> = vec![None; agents.len()];
     let mut targets: Vec<Option<AgentCounts>> = vec![None; agents.len()];
     loop {
-        for (agent, target) in agents.iter().zip(targets.iter_mut()) {
-            if target.is_none() {
-                *target = agent.counts().filter(|c| c.queue_as_of_unix_ms >= settle);
+        for ((agent, ended), target) in agents.iter().zip(&mut ended).zip(&mut targets) {
+            if target.is_some() {
+                continue;
+            }
+            let Some(counts) = agent.counts() else {
+                continue;
+            };
+            if ended.is_none() && counts.loop_ended {
+                *ended = Some(counts.status_as_of_unix_ms);
+            }
+            if ended.is_some_and(|at| drain_target(at, &counts)) {
+                *target = Some(counts);
             }
         }
         if targets.iter().all(Option::is_some) {
@@ -575,6 +628,14 @@ fn drain_all(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Whether `counts` can be an agent's drain target, its status file having said at
+/// `ended_unix_ms` that its loop had ended: the agent queued the loop's final counters in the
+/// poll that saw the end, before writing that status, so a queue snapshot written later with
+/// no append pending holds them among its durable sequence numbers.
+pub fn drain_target(ended_unix_ms: u64, counts: &AgentCounts) -> bool {
+    counts.queue_as_of_unix_ms > ended_unix_ms && counts.pending == 0
 }
 
 /// True when the store's de-duplication ranges of `machine` cover `1..=durable_seq` of every tier.
@@ -661,6 +722,25 @@ mod tests {
         let mut other_epoch = stream("m", 2, vec![(1, 40)]);
         other_epoch.epoch = 8;
         assert!(!holds_all(&[other_epoch], "m", &target([0, 40, 0])));
+    }
+
+    #[test]
+    fn a_drain_target_is_a_snapshot_taken_after_the_loop_ended_with_nothing_pending() {
+        let snapshot = |as_of, pending| AgentCounts {
+            queue_as_of_unix_ms: as_of,
+            pending,
+            ..AgentCounts::default()
+        };
+        assert!(drain_target(1_000, &snapshot(1_001, 0)));
+        assert!(
+            !drain_target(1_000, &snapshot(1_000, 0)),
+            "same millisecond: maybe before"
+        );
+        assert!(!drain_target(1_000, &snapshot(999, 0)));
+        assert!(
+            !drain_target(1_000, &snapshot(2_000, 3)),
+            "appends not yet durable"
+        );
     }
 
     #[test]

@@ -4,9 +4,16 @@
 //!
 //! Invariants:
 //! - Everything scales with the run's duration, so a shortened run (tests) shows the same story.
-//! - Each machine plays one role; the roles together cover overruns and fallbacks, autonomy
-//!   modes and interventions, thermal throttling, and a partition that heals.
+//! - Each machine plays one role; the roles together cover deadline misses of every kind
+//!   (overruns, late starts, a hang) and fallbacks, autonomy modes and interventions, thermal
+//!   throttling, a partition that heals, and an agent killed and started again.
 //! - Machines differ in class, site and model version, so the report has several rows.
+//! - Every loop parks (`mode idle`) in its last activation: its autonomous time ends at an
+//!   instant the loop and its probe share, not at the loop's exit, which no agent can see (an
+//!   agent closes a dead loop's time at its last heartbeat). So the report can equal the loop's
+//!   own tally exactly.
+//! - Nothing is scripted in the last activations but the parking: a skip or hang there would
+//!   not be seen by the probe (it counts a skip when the next cycle records).
 
 use std::time::Duration;
 
@@ -59,12 +66,19 @@ pub const ORIN_NANO_JP6: Capture = Capture {
     ),
 };
 
+/// Activations a loop runs for `duration` at [`LOOP_RATE_HZ`]: the synthetic loop's own
+/// arithmetic for `--duration <ms>ms` (seconds times rate, rounded down).
+pub fn activations(duration: Duration) -> u64 {
+    (duration.as_millis() as f64 * 1e-3 * f64::from(LOOP_RATE_HZ)).floor() as u64
+}
+
 /// What a machine shows in the demo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
-    /// Sporadic and bursty deadline misses, each burst ending in a fallback to the safety
-    /// controller.
+    /// Deadline misses of every kind: sporadic and bursty overruns, a burst of late starts and
+    /// a short hang; each burst ends in a fallback to the safety controller. Its agent is killed
+    /// mid-run and started again.
     Overruns,
     /// Its link to the broker goes through a fault proxy that is blackholed for a while, then
     /// healed; the agent queues on disk meanwhile and drains afterwards.
@@ -79,7 +93,9 @@ impl Role {
     /// One line for the terminal.
     pub fn describe(self) -> &'static str {
         match self {
-            Self::Overruns => "deadline overruns, two bursts each ending in a fallback",
+            Self::Overruns => {
+                "deadline misses (overruns, late starts, a hang), fallbacks; agent killed and restarted"
+            }
             Self::Partitioned => "link cut off for a while, then healed",
             Self::Autonomy => "operator interventions, a safe stop, teleoperation",
             Self::Throttling => "GPU heated past its passive trip point",
@@ -126,6 +142,9 @@ pub struct Plan {
     pub partition: Span,
     /// When the throttling machine's GPU zone is above its trip point.
     pub heat: Span,
+    /// When the overrunning machine's agent is down: SIGKILLed at the start, started again at
+    /// the end, while its loop keeps running.
+    pub agent_down: Span,
 }
 
 /// Why a run length was refused.
@@ -137,9 +156,15 @@ pub struct DurationOutOfRange(pub Duration);
 mod at {
     pub const PARTITION: (f64, f64) = (0.25, 0.55);
     pub const HEAT: (f64, f64) = (0.35, 0.65);
+    /// The overrunning machine's agent is killed, then started again.
+    pub const AGENT_DOWN: (f64, f64) = (0.45, 0.55);
     /// First overrun burst (and its fallback) of the overrunning machine.
     pub const BURST_1: f64 = 0.30;
-    /// Second burst.
+    /// Its burst of late starts (and a fallback), while its agent is down.
+    pub const LATE_BURST: f64 = 0.50;
+    /// Its hang, after its agent is back.
+    pub const HANG: f64 = 0.60;
+    /// Second overrun burst.
     pub const BURST_2: f64 = 0.75;
     /// The partitioned machine's own short burst, while it is cut off.
     pub const OFFLINE_BURST: f64 = 0.40;
@@ -169,6 +194,7 @@ impl Plan {
         let ms = |fraction: f64| time(fraction).as_millis();
 
         let burst_1 = cycle(at::BURST_1);
+        let late = cycle(at::LATE_BURST);
         let burst_2 = cycle(at::BURST_2);
         let overruns = vec![
             "mode autonomous at 0s".to_owned(),
@@ -176,6 +202,13 @@ impl Plan {
             "overrun 1.3x every 211 from 150".to_owned(),
             format!("overrun 2x at cycles {burst_1}..{}", burst_1 + 6),
             format!("fallback at cycle {}", burst_1 + 6),
+            // Late wake-ups: each step is short but completes past its deadline (45 ms after
+            // a 40 ms deadline's release): deadline misses that are no overruns.
+            format!("late-start 45ms at cycles {late}..{}", late + 5),
+            format!("fallback at cycle {}", late + 5),
+            // No record and no heartbeat for 600 ms: 15 skipped activations, counted while
+            // the loop hangs.
+            format!("hang 600ms at cycle {}", cycle(at::HANG)),
             format!("overrun 2.5x at cycles {burst_2}..{}", burst_2 + 4),
             format!("fallback at cycle {}", burst_2 + 4),
         ];
@@ -191,6 +224,16 @@ impl Plan {
             }
         }
         let throttling = vec!["mode autonomous at 0s".to_owned()];
+        // Every machine parks in its last activation (see the module's invariants).
+        let park = format!(
+            "mode idle at cycle {}",
+            activations(duration).saturating_sub(1)
+        );
+        let [overruns, partitioned, autonomy, throttling] =
+            [overruns, partitioned, autonomy, throttling].map(|mut script| {
+                script.push(park.clone());
+                script
+            });
 
         let machines = vec![
             Machine {
@@ -240,6 +283,10 @@ impl Plan {
             heat: Span {
                 start: time(at::HEAT.0),
                 end: time(at::HEAT.1),
+            },
+            agent_down: Span {
+                start: time(at::AGENT_DOWN.0),
+                end: time(at::AGENT_DOWN.1),
             },
         })
     }
@@ -344,6 +391,64 @@ mod tests {
         assert!((all - (400.0 - 32.0)).abs() < 1e-6, "{all}");
         let newer = plan.planned_autonomous_seconds(Some("4.3.0"));
         assert!((newer - 68.0).abs() < 1e-6, "{newer}");
+    }
+
+    #[test]
+    fn every_loop_parks_in_its_last_activation_and_nothing_else_is_scripted_near_it() {
+        for seconds in [24, 36, 90, 3600] {
+            let plan = plan(seconds);
+            let last = activations(plan.duration) - 1;
+            assert_eq!(last, seconds * u64::from(LOOP_RATE_HZ) - 1);
+            for m in &plan.machines {
+                let (park, rules) = m.script.split_last().unwrap();
+                assert_eq!(park, &format!("mode idle at cycle {last}"), "{}", m.id);
+                // Rules by cycle number end more than a second before the last activation.
+                for rule in rules {
+                    let Some((_, cycles)) = rule
+                        .split_once(" at cycles ")
+                        .or_else(|| rule.split_once(" at cycle "))
+                        .or_else(|| rule.split_once(" from "))
+                    else {
+                        continue;
+                    };
+                    let end: u64 = cycles.rsplit("..").next().unwrap().parse().unwrap();
+                    assert!(end + u64::from(LOOP_RATE_HZ) < last, "{}: {rule}", m.id);
+                }
+            }
+        }
+        // Rules by time are due at these fractions of the run, all well before its end.
+        let fractions = [
+            at::BURST_1,
+            at::LATE_BURST,
+            at::HANG,
+            at::BURST_2,
+            at::OFFLINE_BURST,
+        ];
+        let timeline = at::AUTONOMY.iter().map(|(f, _)| *f);
+        assert!(fractions.into_iter().chain(timeline).all(|f| f <= 0.9));
+    }
+
+    #[test]
+    fn the_late_starts_fall_while_the_agent_is_down_and_the_hang_after_it_is_back() {
+        for seconds in [24, 36, 90] {
+            let plan = plan(seconds);
+            let script = &plan.machine(Role::Overruns).unwrap().script;
+            let cycles_of = |verb: &str| -> (u64, u64) {
+                let rule = script.iter().find(|r| r.starts_with(verb)).unwrap();
+                let when = rule.rsplit(' ').next().unwrap();
+                let (a, b) = when.split_once("..").unwrap_or((when, when));
+                (a.parse().unwrap(), b.parse().unwrap())
+            };
+            let at = |cycle: u64| Duration::from_millis(cycle * 1000 / u64::from(LOOP_RATE_HZ));
+            let (first, end) = cycles_of("late-start");
+            assert_eq!(end - first, 5);
+            let down = plan.agent_down;
+            assert!(down.start < at(first) && at(end) < down.end, "{seconds} s");
+            let (hang, _) = cycles_of("hang");
+            assert!(down.end < at(hang), "{seconds} s");
+            // The agent has reported the loop before it is killed (snapshot every second).
+            assert!(down.start > Duration::from_secs(5));
+        }
     }
 
     #[test]

@@ -62,6 +62,20 @@ pub struct HeatSummary {
     pub end_unix_ms: i64,
 }
 
+/// The agent restart the demo injected: one machine's agent stopped mid-run and started again on
+/// the same configuration and queue, while its control loop kept running.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestartSummary {
+    /// The machine.
+    pub machine: String,
+    /// How its agent was stopped (`SIGKILL`).
+    pub signal: String,
+    /// When it was stopped (and reaped): nothing it stamped is later.
+    pub killed_unix_ms: i64,
+    /// When it was started again: nothing the new agent stamps is earlier.
+    pub restarted_unix_ms: i64,
+}
+
 /// Seconds spent in each part of the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
@@ -96,6 +110,8 @@ pub struct DemoSummary {
     pub partition: PartitionSummary,
     /// The heat wave.
     pub heat: HeatSummary,
+    /// The agent restart.
+    pub restart: RestartSummary,
     /// Every event the agents had queued when the loops ended reached the gateway's store.
     pub drained: bool,
     /// The gateway's counters at the end.

@@ -1,10 +1,12 @@
 //! A real Prometheus server on an ephemeral loopback port, with the remote-write receiver enabled
-//! and an out-of-order window, for tests that write samples days old.
+//! and an out-of-order window, for tests that write samples days old, and a rule file that tests
+//! fill while it runs ([`Prometheus::load_rules`]).
 //!
 //! Invariants:
 //! - Listens on 127.0.0.1 only; its TSDB lives in a temporary directory; the process is killed and
 //!   reaped when the handle drops.
 //! - `start` returns only once `/-/ready` answers 200.
+//! - Rules are evaluated at Prometheus' default interval (1 m) unless a rule group sets its own.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -17,6 +19,9 @@ use crate::{HarnessError, Result};
 
 /// How long to wait for `/-/ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The rule file named in the configuration, beside it (absent, so empty, until
+/// [`Prometheus::load_rules`] writes it).
+const RULE_FILE: &str = "rules.yml";
 
 /// Options for the server.
 #[derive(Debug, Clone)]
@@ -61,7 +66,7 @@ impl Prometheus {
         std::fs::write(
             &config_file,
             format!(
-                "global:\n  scrape_interval: 1m\nstorage:\n  tsdb:\n    out_of_order_time_window: {}\n",
+                "global:\n  scrape_interval: 1m\nrule_files:\n  - {RULE_FILE}\nstorage:\n  tsdb:\n    out_of_order_time_window: {}\n",
                 options.out_of_order_window
             ),
         )
@@ -104,6 +109,23 @@ impl Prometheus {
         self.dir.path()
     }
 
+    /// Replaces the server's rules with `yaml` (a Prometheus rule file) and reloads its
+    /// configuration; returns once the reload succeeded, so the new groups are scheduled.
+    pub fn load_rules(&self, yaml: &str) -> Result<()> {
+        std::fs::write(self.dir.path().join(RULE_FILE), yaml)
+            .map_err(HarnessError::io("writing the rule file"))?;
+        let answer = http_request(self.addr(), "POST", "/-/reload")
+            .map_err(HarnessError::io("asking Prometheus to reload"))?;
+        if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
+            Ok(())
+        } else {
+            Err(HarnessError::Config(format!(
+                "Prometheus refused the rules: {}",
+                answer.lines().last().unwrap_or_default()
+            )))
+        }
+    }
+
     /// The server's log, for diagnostics.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
@@ -144,6 +166,8 @@ fn spawn(
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .arg("--web.enable-remote-write-receiver")
+        // `/-/reload`, for rules loaded while it runs (loopback only).
+        .arg("--web.enable-lifecycle")
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
@@ -171,6 +195,19 @@ fn spawn(
             lines[lines.len().saturating_sub(20)..].join("\n")
         ),
     })
+}
+
+/// The whole answer to `method path` (no body) over plain HTTP/1.0.
+fn http_request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 /// Status code of `GET path` over plain HTTP/1.0, or `None` if nothing answered.

@@ -39,3 +39,30 @@ fn a_started_prometheus_is_ready_with_an_out_of_order_window_and_stops_on_drop()
         "the server stopped on drop"
     );
 }
+
+#[test]
+fn rules_loaded_into_a_running_prometheus_are_evaluated_and_bad_ones_refused() {
+    let prometheus = Prometheus::start().unwrap();
+    prometheus
+        .load_rules(
+            "groups:\n  - name: harness\n    interval: 1s\n    rules:\n      - record: harness:answer\n        expr: vector(42)\n",
+        )
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer = get(&prometheus, "/api/v1/query?query=harness:answer");
+        if answer.contains("\"42\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rule never recorded: {answer}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let refused = prometheus.load_rules("groups:\n  - name: bad\n    rules:\n      - record: x\n");
+    assert!(
+        refused.is_err(),
+        "a rule without an expression was accepted"
+    );
+}

@@ -391,6 +391,8 @@ pub struct LoopSpec {
     pub rate_hz: f64,
     /// Budget, ms.
     pub budget_ms: f64,
+    /// Relative deadline, ms (`None`: the loop's default, its period).
+    pub deadline_ms: Option<f64>,
     /// SCHED_FIFO priority.
     pub fifo: Option<u8>,
     /// CPU to pin to.
@@ -424,6 +426,9 @@ impl LoopProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(deadline_ms) = spec.deadline_ms {
+            command.args(["--deadline", &format!("{deadline_ms}ms")]);
+        }
         if let Some(fifo) = spec.fifo {
             command.args(["--fifo", &fifo.to_string()]);
         }

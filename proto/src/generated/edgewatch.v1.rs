@@ -496,7 +496,9 @@ pub struct TierHealth {
     #[prost(uint64, tag = "7")]
     pub corrupt: u64,
 }
-/// Debug tier. The agent's own state.
+/// SLO tier (earlier agents used the debug tier, which is drained last and evicted first; the
+/// safety tier once per queue store fault, see `store_fault`). The agent's own state, every
+/// minute; the gateway keeps its queue backlog as series.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct AgentHealth {
     #[prost(string, tag = "1")]
@@ -520,6 +522,17 @@ pub struct AgentHealth {
     /// Random id of the current boot (from /proc/sys/kernel/random/boot_id).
     #[prost(string, tag = "10")]
     pub boot_id: ::prost::alloc::string::String,
+    /// While the queue's store cannot be opened or written (a failing or full disk): what failed
+    /// last; empty while it works. Such a report is queued once per fault in the safety tier, held
+    /// in memory with the safety events until the store is back.
+    #[prost(string, tag = "11")]
+    pub store_fault: ::prost::alloc::string::String,
+    /// How long the store has been unavailable, seconds (0 while it works).
+    #[prost(double, tag = "12")]
+    pub store_fault_seconds: f64,
+    /// Safety events held in memory meanwhile.
+    #[prost(uint64, tag = "13")]
+    pub store_held_safety: u64,
 }
 /// Debug tier. A log line.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -571,7 +584,8 @@ pub enum Tier {
     /// critical thermal trips, model changes, loss of safety data. Never evicted for a lower tier.
     Safety = 1,
     /// Cumulative counters stamped with event time: cycles, misses, latency histogram, throttled,
-    /// autonomous seconds, energy. A lost sample costs resolution, never counts.
+    /// autonomous seconds, energy; and the agent's health. A lost sample costs resolution, never
+    /// counts.
     Slo = 2,
     /// Raw samples and logs. First to be evicted.
     Debug = 3,

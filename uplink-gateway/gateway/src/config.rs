@@ -43,9 +43,10 @@ pub const DEFAULT_RECONNECT_GAP: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_FRESHNESS_LIMIT: Duration = Duration::from_secs(24 * 3600);
 /// Series budget per machine, from the table of `docs/series.md` ("Budget"): a model version
 /// with three loops owns 36 series (7 per loop with deadline semantics), two live versions 72,
-/// queue losses at most 21, so 93 are needed; the margin of one more version (36) covers a
-/// version rolled out within `series_retire_after` of the previous one.
-pub const DEFAULT_MAX_SERIES_PER_MACHINE: u32 = 2 * 36 + 21 + 36;
+/// queue losses at most 21, the queue backlog of the health reports 7, so 100 are needed; the
+/// margin of one more version (36) covers a version rolled out within `series_retire_after` of
+/// the previous one.
+pub const DEFAULT_MAX_SERIES_PER_MACHINE: u32 = 2 * 36 + 21 + 7 + 36;
 /// A series not written for this long (in the machine's event time) retires and frees its place
 /// in the budget: a model version switched away from is gone an hour later, while every live
 /// series is written every few seconds.

@@ -33,6 +33,10 @@
 //!   newest event time, so a replayed backlog retires the same series whenever it arrives)
 //!   retire first; they keep their samples and are admitted again when written again.
 //! - A refused message is stored as a dead letter with its reason, never dropped silently.
+//! - Each machine's fleet series (online state from its last status of the group, last event
+//!   time and last arrival from its batches with new events, first and last event time per
+//!   model version of its stored events) are stamped at arrival, strictly increasing per
+//!   machine, and written only when they change: a redelivered group writes nothing new.
 //! - When remote-write is configured, every sample newly stored (and young enough for the sink's
 //!   out-of-order window) is queued in the outbox in the same transaction, one request per machine.
 
@@ -40,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use edgewatch_proto::framing::{BatchDecoder, DecodeError};
 use edgewatch_proto::v1::{Batch, Event, MachineStatus, Tier};
-use edgewatch_slo::names::{label, metric, refusal, value};
+use edgewatch_slo::names::{ONLINE_REFRESH_MS, label, metric, refusal, value};
 use prost::Message as _;
 
 use crate::config::IngestConfig;
@@ -211,6 +215,7 @@ impl Ingestor {
         self.store.write(|writer| {
             let mut report = IngestReport::default();
             let mut remote: Vec<(String, Vec<Sample>)> = Vec::new();
+            let mut statuses: Vec<MachineStatus> = Vec::new();
             for message in messages {
                 let outcome = match validate(message.topic, message.payload, decoder) {
                     Ok(Valid::Batch(batch)) => ingest_batch(
@@ -224,6 +229,9 @@ impl Ingestor {
                     )?,
                     Ok(Valid::Status(status)) => {
                         ingest_status(writer, config, &status, arrival_ns, &mut report.stats)?;
+                        // The online state as of the group: a machine's last status in it.
+                        statuses.retain(|s| s.machine_id != status.machine_id);
+                        statuses.push(status);
                         Outcome::Status
                     }
                     Err(rejection) => {
@@ -245,6 +253,9 @@ impl Ingestor {
                     }
                 };
                 report.outcomes.push(outcome);
+            }
+            for status in &statuses {
+                write_online(writer, config, status, arrival_ns, &mut report.stats, &mut remote)?;
             }
             for (_, samples) in &remote {
                 if samples.is_empty() {
@@ -311,6 +322,233 @@ fn ingest_status(
     writer.machine_put(&status.machine_id, &state)
 }
 
+/// Writes a machine's online state for the fleet view: its retained status when the agent
+/// connects, its last will when the broker saw the link cut. Called with the machine's last
+/// status of a group, so a redelivered group (the same statuses again) writes nothing new; a
+/// status that changed and changed back within one group is not seen. A class that is not a
+/// label value is `unknown` here, so the machine is still listed.
+fn write_online(
+    writer: &mut Writer<'_>,
+    config: &IngestConfig,
+    status: &MachineStatus,
+    arrival_ns: i64,
+    stats: &mut IngestStats,
+    remote: &mut Vec<(String, Vec<Sample>)>,
+) -> Result<(), StoreError> {
+    let mut state = writer.machine_get(&status.machine_id)?;
+    let base = BaseLabels {
+        machine: &status.machine_id,
+        site: &status.site_id,
+        class: series::label_value(&status.machine_class).unwrap_or(value::UNKNOWN),
+    };
+    let mut fleet = FleetWrite::new(&mut state, arrival_ns);
+    fleet.status(&base, status.online);
+    let mut stored = Vec::new();
+    fleet.commit(writer, stats, &mut stored)?;
+    queue_remote(
+        config,
+        &status.machine_id,
+        arrival_ns,
+        stored,
+        stats,
+        remote,
+    );
+    writer.machine_put(&status.machine_id, &state)
+}
+
+/// The fleet series one message writes for its machine (`docs/series.md`, "Fleet series"),
+/// at one timestamp: its arrival, or just after the machine's previous fleet sample when that
+/// is not earlier. Only what changed is written, so a redelivery or a replay at the same
+/// arrival writes nothing new.
+struct FleetWrite<'s> {
+    state: &'s mut MachineState,
+    arrival_ms: i64,
+    /// (series key, value) to write.
+    samples: Vec<(String, f64)>,
+    /// Whether the online state is among them.
+    online: bool,
+}
+
+impl<'s> FleetWrite<'s> {
+    fn new(state: &'s mut MachineState, arrival_ns: i64) -> Self {
+        Self {
+            state,
+            arrival_ms: series::ns_to_ms(arrival_ns),
+            samples: Vec::with_capacity(4),
+            online: false,
+        }
+    }
+
+    /// A status message: the machine's online state, written when it changed (or was last
+    /// written [`ONLINE_REFRESH_MS`] ago).
+    fn status(&mut self, base: &BaseLabels<'_>, online: bool) {
+        let status = if online {
+            MachineState::STATUS_ONLINE
+        } else {
+            MachineState::STATUS_OFFLINE
+        };
+        let changed = status != self.state.status;
+        self.state.status = status;
+        if changed || self.refresh_due() {
+            self.push_online(base);
+        }
+    }
+
+    fn refresh_due(&self) -> bool {
+        self.arrival_ms.saturating_sub(self.state.status_ts_ms) >= ONLINE_REFRESH_MS
+    }
+
+    fn push_online(&mut self, base: &BaseLabels<'_>) {
+        let value = match self.state.status {
+            MachineState::STATUS_ONLINE => 1.0,
+            MachineState::STATUS_OFFLINE => 0.0,
+            _ => return,
+        };
+        self.online = true;
+        self.samples
+            .push((base.key(metric::MACHINE_ONLINE, &[]), value));
+    }
+
+    /// What a batch with new events says of its machine: its arrival (when later than the last
+    /// one written), the newest event time (when it rose), and the online state of the last
+    /// status message again when that was written [`ONLINE_REFRESH_MS`] ago.
+    fn batch(&mut self, base: &BaseLabels<'_>, newest_event_ms: Option<i64>) {
+        if self.arrival_ms > self.state.arrival_series_ms {
+            self.state.arrival_series_ms = self.arrival_ms;
+            self.samples.push((
+                base.key(metric::MACHINE_LAST_ARRIVAL, &[]),
+                self.arrival_ms as f64 / 1000.0,
+            ));
+        }
+        if let Some(newest) = newest_event_ms
+            && newest > self.state.last_event_ms
+        {
+            self.state.last_event_ms = newest;
+            self.samples.push((
+                base.key(metric::MACHINE_LAST_EVENT, &[]),
+                newest as f64 / 1000.0,
+            ));
+        }
+        if self.state.status != MachineState::STATUS_NONE && self.refresh_due() {
+            self.push_online(base);
+        }
+    }
+
+    /// The event times of a model version's events stored from this batch: its first-event
+    /// series when they lower it, its last-event series when they raise it.
+    fn model_version(
+        &mut self,
+        writer: &mut Writer<'_>,
+        base: &BaseLabels<'_>,
+        model: (&str, &str),
+        (first_ms, last_ms): (i64, i64),
+    ) -> Result<(), StoreError> {
+        let labels = [(label::MODEL, model.0), (label::MODEL_VERSION, model.1)];
+        for (name, ms, lowers) in [
+            (metric::MODEL_VERSION_FIRST_EVENT, first_ms, true),
+            (metric::MODEL_VERSION_LAST_EVENT, last_ms, false),
+        ] {
+            let key = base.key(name, &labels);
+            let stored_ms = match writer.series_id(&key)? {
+                Some(id) => writer
+                    .last_sample(id)?
+                    .map(|(_, seconds)| (seconds * 1000.0).round() as i64),
+                None => None,
+            };
+            let moves =
+                stored_ms.is_none_or(|stored| if lowers { ms < stored } else { ms > stored });
+            if moves {
+                self.samples.push((key, ms as f64 / 1000.0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the samples, adding those newly stored to `stored`.
+    fn commit(
+        self,
+        writer: &mut Writer<'_>,
+        stats: &mut IngestStats,
+        stored: &mut Vec<Sample>,
+    ) -> Result<(), StoreError> {
+        if self.samples.is_empty() {
+            return Ok(());
+        }
+        let ts_ms = self
+            .arrival_ms
+            .max(self.state.last_fleet_ts_ms.saturating_add(1));
+        self.state.last_fleet_ts_ms = ts_ms;
+        if self.online {
+            self.state.status_ts_ms = ts_ms;
+        }
+        for (series, value) in self.samples {
+            write_gateway_sample(writer, stats, stored, series, ts_ms, value)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes one sample of a series the gateway derives (stamped with arrival, strictly after the
+/// machine's previous one, so a different stored value means a store that lost its machine
+/// state: refused and counted, never overwritten).
+fn write_gateway_sample(
+    writer: &mut Writer<'_>,
+    stats: &mut IngestStats,
+    stored: &mut Vec<Sample>,
+    series: String,
+    ts_ms: i64,
+    value: f64,
+) -> Result<(), StoreError> {
+    let id = writer.series_id_or_create(&series)?;
+    match writer.put_sample(id, ts_ms, value)? {
+        Upsert::New => {
+            stats.samples_new += 1;
+            stored.push(Sample {
+                series,
+                ts_ms,
+                value,
+            });
+        }
+        Upsert::Identical => stats.samples_identical += 1,
+        Upsert::Conflict => {
+            stats.samples_refused[reason_index(refusal::CONFLICT)] += 1;
+            tracing::warn!(%series, ts_ms, "A different value exists at this series and time; sample refused.");
+        }
+    }
+    Ok(())
+}
+
+/// Queues a machine's newly stored samples for remote-write (when configured), leaving out
+/// those older than the sink's window (counted).
+fn queue_remote(
+    config: &IngestConfig,
+    machine: &str,
+    arrival_ns: i64,
+    stored: Vec<Sample>,
+    stats: &mut IngestStats,
+    remote: &mut Vec<(String, Vec<Sample>)>,
+) {
+    let Some(age) = config.remote_write_max_age else {
+        return;
+    };
+    let oldest = series::ns_to_ms(arrival_ns.saturating_sub(ns(age)));
+    let mut sent = Vec::with_capacity(stored.len());
+    for sample in stored {
+        if sample.ts_ms < oldest {
+            stats.samples_too_old_for_remote_write += 1;
+        } else {
+            sent.push(sample);
+        }
+    }
+    if sent.is_empty() {
+        return;
+    }
+    match remote.iter_mut().find(|(m, _)| m == machine) {
+        Some((_, list)) => list.extend(sent),
+        None => remote.push((machine.to_owned(), sent)),
+    }
+}
+
 /// What one batch's events share while they are admitted: the store, the machine and its state,
 /// and what the batch refused and stored so far.
 struct BatchContext<'b, 'w, 'txn> {
@@ -327,6 +565,10 @@ struct BatchContext<'b, 'w, 'txn> {
     stored: Vec<Sample>,
     /// Whether there is a remote-write sink to keep them for.
     remote: bool,
+    /// Newest sane event time (ms) of the batch's new events.
+    newest_event_ms: Option<i64>,
+    /// Per (model, model version) of the events stored, their oldest and newest event time (ms).
+    model_versions: BTreeMap<(String, String), (i64, i64)>,
 }
 
 impl BatchContext<'_, '_, '_> {
@@ -375,6 +617,7 @@ impl BatchContext<'_, '_, '_> {
             values,
             baseline,
             run_start_ms,
+            model,
             ..
         } = samples;
         let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
@@ -492,6 +735,10 @@ impl BatchContext<'_, '_, '_> {
                 }
             }
             self.writer.set_live(machine, *id, next)?;
+        }
+        if let Some(model) = model {
+            let span = self.model_versions.entry(model).or_insert((ts_ms, ts_ms));
+            *span = (span.0.min(ts_ms), span.1.max(ts_ms));
         }
         // A baseline goes where nothing else of its series is, between it and its value: there
         // it can only say what the run's own samples agree with. Anything there (another run's
@@ -619,6 +866,7 @@ fn ingest_batch(
     let mut state = writer.machine_get(&batch.machine_id)?;
     note_arrival(&mut state, config, arrival_ns, stats);
     if ranges.contains_all(batch.first_seq, batch.last_seq) {
+        // A redelivery changes nothing, not even the machine's last arrival.
         stats.batches_duplicate += 1;
         stats.events_duplicate += batch.events.len() as u64;
         writer.machine_put(&batch.machine_id, &state)?;
@@ -633,7 +881,8 @@ fn ingest_batch(
         );
     }
     // A machine class that is not a label value refuses every counter event of the batch; the
-    // lenient labels (class `unknown`) name what they would have written.
+    // lenient labels (class `unknown`) name what they would have written, and the machine's
+    // fleet series, so it is still listed.
     let strict = BaseLabels::of(batch);
     let base = strict.unwrap_or_else(|| BaseLabels::lenient(batch));
     let is_safety = batch.tier == Tier::Safety as i32;
@@ -650,6 +899,8 @@ fn ingest_batch(
         refused: Vec::new(),
         stored: Vec::new(),
         remote: config.remote_write_max_age.is_some(),
+        newest_event_ms: None,
+        model_versions: BTreeMap::new(),
     };
     for event in &batch.events {
         if ranges.contains(event.seq) {
@@ -657,6 +908,17 @@ fn ingest_batch(
             continue;
         }
         new_events += 1;
+        // The machine's last event time counts every event it sent with a sane time.
+        if series::event_time_ok(
+            event.event_time_unix_ns,
+            arrival_ns,
+            ns(config.max_future_skew),
+        )
+        .is_ok()
+        {
+            let ms = series::ns_to_ms(event.event_time_unix_ns);
+            cx.newest_event_ms = Some(cx.newest_event_ms.map_or(ms, |n| n.max(ms)));
+        }
         match series::normalize_event(&base, event, arrival_ns, ns(config.max_future_skew)) {
             Normalized::NotCounter => {}
             Normalized::Refused(refusal) => cx.refuse(event, refusal, true)?,
@@ -740,30 +1002,20 @@ fn ingest_batch(
     cx.write_refusals(&base)?;
     let BatchContext {
         writer,
-        state,
+        mut state,
         stats,
-        stored,
+        mut stored,
+        newest_event_ms,
+        model_versions,
         ..
     } = cx;
-    let oldest_for_remote = config
-        .remote_write_max_age
-        .map(|age| series::ns_to_ms(arrival_ns.saturating_sub(ns(age))));
-    let mut sent = Vec::with_capacity(stored.len());
-    if let Some(oldest) = oldest_for_remote {
-        for sample in stored {
-            if sample.ts_ms < oldest {
-                stats.samples_too_old_for_remote_write += 1;
-            } else {
-                sent.push(sample);
-            }
-        }
+    let mut fleet = FleetWrite::new(&mut state, arrival_ns);
+    fleet.batch(&base, newest_event_ms);
+    for ((model, version), span) in &model_versions {
+        fleet.model_version(writer, &base, (model, version), *span)?;
     }
-    if !sent.is_empty() {
-        match remote.iter_mut().find(|(m, _)| *m == batch.machine_id) {
-            Some((_, list)) => list.extend(sent),
-            None => remote.push((batch.machine_id.clone(), sent)),
-        }
-    }
+    fleet.commit(writer, stats, &mut stored)?;
+    queue_remote(config, &batch.machine_id, arrival_ns, stored, stats, remote);
     stats.dedup_holes_closed += ranges.insert(
         batch.first_seq,
         batch.last_seq,

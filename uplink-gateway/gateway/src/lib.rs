@@ -9,11 +9,13 @@
 //! - [`store`]: the embedded redb store (samples, series and the live ones per machine, dedup
 //!   state, dead letters, outbox) and its query API for raw samples.
 //! - [`ingest`]: a group of messages → validate → dedup → normalize → admit (conflicts, runs,
-//!   series budget and retirement) → one store transaction, refusals written as a series.
+//!   series budget and retirement) → one store transaction, refusals written as a series, and
+//!   each machine's fleet series (online state, last event and arrival, model versions).
 //! - [`remote_write`]: Prometheus remote-write 1.0 types, request building, response
 //!   classification, blocking sender.
 //! - [`prometheus`]: reading raw samples back from a Prometheus HTTP query API.
-//! - [`source`]: raw samples for reports from either source, as the SLO core's series set.
+//! - [`source`]: raw samples for reports and the fleet view from either source, as the SLO
+//!   core's series set.
 //! - [`metrics`]: the gateway's own counters and the `/metrics` HTTP endpoint.
 //! - [`run`]: the MQTT v5 session with manual acknowledgements around the ingest path.
 //!

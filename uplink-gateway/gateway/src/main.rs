@@ -4,7 +4,12 @@
 //! - `run`: the service (MQTT in, embedded store and optional remote-write out);
 //! - `report`: SLO report (and cost report when `[prices]` is set) from raw samples of the
 //!   embedded store or, with `--prometheus`, of a Prometheus query API;
+//! - `fleet`: the machines table (online state, last event and arrival, backlog, losses,
+//!   throttled time, autonomous hours, model versions), or one machine's detail, from either
+//!   source, through the fleet core the fleet page shares;
 //! - `rules`: the SLO catalog as Prometheus recording and alerting rules;
+//! - `dashboards`: Grafana dashboards for the same catalog and price book, with the provisioning
+//!   files for them and their Prometheus data source;
 //! - `export-focus`: FOCUS CSV rows of a cost period, with corrections for days already exported;
 //! - `check-config`: validate a configuration file, print what it resolves to and list the
 //!   deprecated keys it uses.
@@ -78,8 +83,52 @@ enum Command {
         #[command(flatten)]
         period: PeriodArgs,
     },
+    /// The machines table (or, with --machine, one machine's detail) from the fleet series.
+    Fleet {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Read samples from this Prometheus (e.g. http://127.0.0.1:9090) instead of the store.
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<String>,
+        /// Evaluation time (RFC 3339 UTC); default: now.
+        #[arg(long)]
+        at: Option<String>,
+        /// Order of the machines: silent (silent for longest first), machine, class, site,
+        /// model, online, last-event, backlog, losses, throttled, autonomy.
+        #[arg(long, default_value = "silent")]
+        sort: String,
+        /// Throttled time and autonomous hours over this window before --at (the detail's
+        /// range); default 1d.
+        #[arg(long)]
+        window: Option<String>,
+        /// How far back the latest state of a machine is looked for; default 30d.
+        #[arg(long)]
+        lookback: Option<String>,
+        /// One machine's detail instead of the table.
+        #[arg(long, value_name = "ID")]
+        machine: Option<String>,
+    },
     /// Print the SLO catalog as Prometheus recording and alerting rules (YAML).
     Rules,
+    /// Write Grafana dashboards for the catalog and price book, and their provisioning files.
+    Dashboards {
+        /// Directory to write: `dashboards/*.json`, `provisioning/dashboards/edgewatch.yaml`
+        /// and `provisioning/datasources/edgewatch.yaml`.
+        #[arg(long)]
+        out: PathBuf,
+        /// The Prometheus Grafana is to query (holding the gateway's series and the `rules`
+        /// output), e.g. http://prometheus:9090.
+        #[arg(long, value_name = "URL")]
+        prometheus: String,
+        /// uid of the provisioned data source, which every panel names.
+        #[arg(long, default_value = edgewatch_slo::dashboards::DEFAULT_DATASOURCE_UID)]
+        datasource_uid: String,
+        /// The dashboards directory as Grafana sees it (the provider's path); default: the
+        /// absolute path of `<out>/dashboards`.
+        #[arg(long, value_name = "PATH")]
+        dashboards_path: Option<String>,
+    },
     /// Write FOCUS CSV rows for a cost period (needs [prices]).
     ExportFocus {
         /// Read samples from this Prometheus instead of the store.
@@ -194,9 +243,175 @@ fn period(args: &PeriodArgs, now_ms: i64) -> anyhow::Result<Period> {
     Period::utc_days(start, end).map_err(|error| usage("--from", error.to_string()))
 }
 
+/// Writes the dashboards and provisioning files under `out` (see `docs/gateway.md`, "Grafana
+/// dashboards").
+fn write_dashboards(
+    config: &Config,
+    out: &Path,
+    prometheus: &str,
+    datasource_uid: &str,
+    dashboards_path: Option<String>,
+) -> anyhow::Result<()> {
+    use edgewatch_slo::dashboards;
+    if !(prometheus.starts_with("http://") || prometheus.starts_with("https://")) {
+        return Err(usage(
+            "--prometheus",
+            format!("`{prometheus}` is not an http:// or https:// URL"),
+        ));
+    }
+    dashboards::check_datasource_uid("--datasource-uid", datasource_uid).map_err(UsageError)?;
+    let dashboards_dir = out.join("dashboards");
+    let provisioning = out.join("provisioning");
+    for dir in [
+        &dashboards_dir,
+        &provisioning.join("dashboards"),
+        &provisioning.join("datasources"),
+    ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let path = match dashboards_path {
+        Some(path) => path,
+        None => std::path::absolute(&dashboards_dir)
+            .with_context(|| format!("resolving {}", dashboards_dir.display()))?
+            .display()
+            .to_string(),
+    };
+    let write = |file: PathBuf, text: String| {
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))
+    };
+    let boards = dashboards::dashboards(&config.catalog, config.prices.as_ref(), datasource_uid);
+    for board in &boards {
+        let text = serde_json::to_string_pretty(&board.json)? + "\n";
+        write(dashboards_dir.join(board.file_name()), text)?;
+    }
+    write(
+        provisioning.join("dashboards").join("edgewatch.yaml"),
+        dashboards::dashboard_provisioning(&path),
+    )?;
+    write(
+        provisioning.join("datasources").join("edgewatch.yaml"),
+        dashboards::datasource_provisioning(datasource_uid, prometheus),
+    )?;
+    eprintln!(
+        "edgewatch-gateway: {} dashboards in {}, provisioning files in {} \
+         (data source uid {datasource_uid})",
+        boards.len(),
+        dashboards_dir.display(),
+        provisioning.display()
+    );
+    Ok(())
+}
+
+/// `--at`: RFC 3339 UTC, default now.
+fn at_ms(at: Option<&str>, now_ms: i64) -> anyhow::Result<i64> {
+    match at {
+        Some(text) => edgewatch_slo::parse_rfc3339(text)
+            .ok_or_else(|| usage("--at", format!("`{text}` is not RFC 3339 UTC"))),
+        None => Ok(now_ms),
+    }
+}
+
+/// A duration argument in the one grammar, within the bounds of `key`.
+fn duration_ms(
+    key: &edgewatch_conventions::duration::DurationKey,
+    arg: &str,
+    text: Option<&str>,
+    default_ms: i64,
+) -> anyhow::Result<i64> {
+    match text {
+        Some(text) => {
+            let duration = key.parse_at(arg, text).map_err(UsageError)?;
+            Ok(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+        }
+        None => Ok(default_ms),
+    }
+}
+
+struct FleetArgs {
+    json: bool,
+    prometheus: Option<String>,
+    at: Option<String>,
+    sort: String,
+    window: Option<String>,
+    lookback: Option<String>,
+    machine: Option<String>,
+}
+
+fn fleet(config: &Config, args: FleetArgs, now_ms: i64) -> anyhow::Result<()> {
+    use edgewatch_slo::fleet::{self, FleetQuery, SortKey};
+    let sort: SortKey = args
+        .sort
+        .parse()
+        .map_err(|error: fleet::UnknownSortKey| usage("--sort", error.to_string()))?;
+    let query = FleetQuery {
+        at_ms: at_ms(args.at.as_deref(), now_ms)?,
+        window_ms: duration_ms(
+            &fleet::WINDOW,
+            "--window",
+            args.window.as_deref(),
+            fleet::DEFAULT_WINDOW_MS,
+        )?,
+        lookback_ms: duration_ms(
+            &fleet::LOOKBACK,
+            "--lookback",
+            args.lookback.as_deref(),
+            fleet::DEFAULT_LOOKBACK_MS,
+        )?,
+        increase_lookback_ms: config.catalog.lookback_ms,
+    };
+    let source = source(config, args.prometheus)?;
+    let tiers = edgewatch_proto::tier::NAMES;
+    match &args.machine {
+        Some(machine) => {
+            let set = source
+                .fleet_set(&fleet::detail_needs(&query, machine))
+                .context("reading samples")?;
+            let detail = fleet::detail(&set, &query, machine, fleet::DEFAULT_DETAIL_BUCKETS);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&detail)?);
+            } else {
+                print!("{}", edgewatch_slo::render_detail_text(&detail, &tiers));
+            }
+        }
+        None => {
+            let set = source
+                .fleet_set(&fleet::table_needs(&query))
+                .context("reading samples")?;
+            let table = fleet::table(&set, &query, sort);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&table)?);
+            } else {
+                print!("{}", edgewatch_slo::render_fleet_text(&table, &tiers));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let now_ms = now_ns() / 1_000_000;
     match command {
+        Command::Fleet {
+            json,
+            prometheus,
+            at,
+            sort,
+            window,
+            lookback,
+            machine,
+        } => fleet(
+            &config,
+            FleetArgs {
+                json,
+                prometheus,
+                at,
+                sort,
+                window,
+                lookback,
+                machine,
+            },
+            now_ms,
+        ),
         Command::CheckConfig => {
             println!("{config:#?}");
             for renamed in config.renamed_keys() {
@@ -211,17 +426,19 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
             print!("{}", edgewatch_slo::render_rules(&config.catalog));
             Ok(())
         }
+        Command::Dashboards {
+            out,
+            prometheus,
+            datasource_uid,
+            dashboards_path,
+        } => write_dashboards(&config, &out, &prometheus, &datasource_uid, dashboards_path),
         Command::Report {
             json,
             prometheus,
             at,
             period: period_args,
         } => {
-            let at_ms = match &at {
-                Some(text) => edgewatch_slo::parse_rfc3339(text)
-                    .ok_or_else(|| usage("--at", format!("`{text}` is not RFC 3339 UTC")))?,
-                None => now_ms,
-            };
+            let at_ms = at_ms(at.as_deref(), now_ms)?;
             let source = source(&config, prometheus)?;
             let needs = edgewatch_slo::required_series(&config.catalog, at_ms);
             let set = source

@@ -1,6 +1,8 @@
 //! Reads raw samples back from a Prometheus-compatible HTTP query API: an instant query of a
 //! range-vector selector `metric[<range>s]` at time `t` returns every raw sample in `(t − range, t]`,
-//! which is what the SLO core consumes (the same shape as [`crate::store::Store::query`]).
+//! which is what the SLO core consumes (the same shape as [`crate::store::Store::query`]); and
+//! `last_over_time(metric[<range>])` at `t`, the latest value of each series in that range, for
+//! the fleet view (see [`edgewatch_slo::fleet::Read::Latest`]).
 //!
 //! Invariants:
 //! - Timestamps come back in milliseconds (Prometheus answers seconds with millisecond decimals;
@@ -36,9 +38,65 @@ pub fn query_raw(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<RawSeries>, QueryError> {
+    query_raw_of(base_url, metric, None, from_ms, to_ms)
+}
+
+/// [`query_raw`] of one machine's series when `machine` is given.
+pub fn query_raw_of(
+    base_url: &str,
+    metric: &str,
+    machine: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<RawSeries>, QueryError> {
     let range_ms = (to_ms - from_ms).max(1);
-    let query = format!("{metric}[{range_ms}ms]");
-    let time = format!("{}.{:03}", to_ms.div_euclid(1000), to_ms.rem_euclid(1000));
+    let query = format!("{}[{range_ms}ms]", selector(metric, machine));
+    parse_matrix(&instant_query(base_url, &query, to_ms)?)
+}
+
+/// Per series of `metric` (of one machine when `machine` is given), the value of its latest
+/// sample with `from_ms < ts <= to_ms`, stamped `to_ms`: PromQL's `last_over_time` gives the
+/// value only.
+pub fn query_latest(
+    base_url: &str,
+    metric: &str,
+    machine: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<RawSeries>, QueryError> {
+    let range_ms = (to_ms - from_ms).max(1);
+    let query = format!(
+        "last_over_time({}[{range_ms}ms])",
+        selector(metric, machine)
+    );
+    parse_vector(&instant_query(base_url, &query, to_ms)?, metric, to_ms)
+}
+
+/// `metric`, or `metric{machine_id="<machine>"}` with the value escaped as a PromQL string.
+fn selector(metric: &str, machine: Option<&str>) -> String {
+    let Some(machine) = machine else {
+        return metric.to_owned();
+    };
+    let mut out = format!("{metric}{{{}=\"", edgewatch_slo::names::label::MACHINE_ID);
+    for c in machine.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(c),
+        }
+    }
+    out.push_str("\"}");
+    out
+}
+
+/// Runs an instant query at `time_ms`; returns the answer's body.
+fn instant_query(base_url: &str, query: &str, time_ms: i64) -> Result<String, QueryError> {
+    let time = format!(
+        "{}.{:03}",
+        time_ms.div_euclid(1000),
+        time_ms.rem_euclid(1000)
+    );
     let url = format!("{}/api/v1/query", base_url.trim_end_matches('/'));
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(60)))
@@ -51,7 +109,7 @@ pub fn query_raw(
     };
     let mut response = agent
         .get(&url)
-        .query("query", &query)
+        .query("query", query)
         .query("time", &time)
         .call()
         .map_err(|error| http(error.to_string()))?;
@@ -68,7 +126,75 @@ pub fn query_raw(
             body.chars().take(300).collect::<String>()
         )));
     }
-    parse_matrix(&body)
+    Ok(body)
+}
+
+/// The JSON answer's `data.result`, after checking its status and type.
+fn result<'a>(
+    value: &'a serde_json::Value,
+    kind: &str,
+) -> Result<&'a Vec<serde_json::Value>, QueryError> {
+    let shape = |what: &str| QueryError::Shape(what.to_owned());
+    if value["status"] != "success" {
+        return Err(shape("status is not success"));
+    }
+    if value["data"]["resultType"] != kind {
+        return Err(QueryError::Shape(format!("the result is not a {kind}")));
+    }
+    value["data"]["result"]
+        .as_array()
+        .ok_or_else(|| shape("no data.result array"))
+}
+
+/// A series' labels, sorted by name, with `__name__` split off (empty when absent).
+fn series_labels(
+    series: &serde_json::Value,
+) -> Result<(String, Vec<(String, String)>), QueryError> {
+    let shape = |what: &str| QueryError::Shape(what.to_owned());
+    let labels_json = series["metric"]
+        .as_object()
+        .ok_or_else(|| shape("a series has no metric object"))?;
+    let mut metric = String::new();
+    let mut labels = Vec::with_capacity(labels_json.len());
+    for (name, value) in labels_json {
+        let value = value
+            .as_str()
+            .ok_or_else(|| shape("a label value is not a string"))?;
+        if name == "__name__" {
+            metric = value.to_owned();
+        } else {
+            labels.push((name.clone(), value.to_owned()));
+        }
+    }
+    labels.sort();
+    Ok((metric, labels))
+}
+
+/// A sample value: Prometheus writes numbers as strings.
+fn sample_value(value: &serde_json::Value) -> Result<f64, QueryError> {
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| QueryError::Shape("a value is not a numeric string".to_owned()))
+}
+
+/// Parses a `resultType: vector` answer of a query about `metric` (functions drop the name)
+/// into one sample per series, stamped `at_ms`.
+pub fn parse_vector(body: &str, metric: &str, at_ms: i64) -> Result<Vec<RawSeries>, QueryError> {
+    let value: serde_json::Value =
+        serde_json::from_str(body).map_err(|error| QueryError::Shape(error.to_string()))?;
+    let mut out = Vec::new();
+    for series in result(&value, "vector")? {
+        let (_, labels) = series_labels(series)?;
+        let v = sample_value(&series["value"][1])?;
+        out.push(RawSeries {
+            metric: metric.to_owned(),
+            labels,
+            samples: vec![(at_ms, v)],
+        });
+    }
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(out)
 }
 
 /// Parses a `resultType: matrix` answer.
@@ -76,30 +202,10 @@ pub fn parse_matrix(body: &str) -> Result<Vec<RawSeries>, QueryError> {
     let value: serde_json::Value =
         serde_json::from_str(body).map_err(|error| QueryError::Shape(error.to_string()))?;
     let shape = |what: &str| QueryError::Shape(what.to_owned());
-    if value["status"] != "success" {
-        return Err(shape("status is not success"));
-    }
-    let result = value["data"]["result"]
-        .as_array()
-        .ok_or_else(|| shape("no data.result array"))?;
+    let result = result(&value, "matrix")?;
     let mut out = Vec::with_capacity(result.len());
     for series in result {
-        let labels_json = series["metric"]
-            .as_object()
-            .ok_or_else(|| shape("a series has no metric object"))?;
-        let mut metric = String::new();
-        let mut labels = Vec::with_capacity(labels_json.len());
-        for (name, value) in labels_json {
-            let value = value
-                .as_str()
-                .ok_or_else(|| shape("a label value is not a string"))?;
-            if name == "__name__" {
-                metric = value.to_owned();
-            } else {
-                labels.push((name.clone(), value.to_owned()));
-            }
-        }
-        labels.sort();
+        let (metric, labels) = series_labels(series)?;
         let values = series["values"]
             .as_array()
             .ok_or_else(|| shape("a series has no values array (not a range vector?)"))?;
@@ -108,11 +214,7 @@ pub fn parse_matrix(body: &str) -> Result<Vec<RawSeries>, QueryError> {
             let ts = pair[0]
                 .as_f64()
                 .ok_or_else(|| shape("a timestamp is not a number"))?;
-            let v: f64 = pair[1]
-                .as_str()
-                .and_then(|text| text.parse().ok())
-                .ok_or_else(|| shape("a value is not a numeric string"))?;
-            samples.push(((ts * 1000.0).round() as i64, v));
+            samples.push(((ts * 1000.0).round() as i64, sample_value(&pair[1])?));
         }
         samples.sort_by_key(|&(ts, _)| ts);
         out.push(RawSeries {
@@ -141,6 +243,29 @@ mod tests {
         assert_eq!(
             series[1].samples,
             vec![(1_699_999_999_500, 4.0), (1_700_000_000_123, 5.0)]
+        );
+    }
+
+    #[test]
+    fn a_vector_answer_becomes_one_sample_per_series_at_the_evaluation_time() {
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"site":"s","machine_id":"<b>"},"value":[1700000000.5,"1700000000.123"]}]}}"#;
+        let series = parse_vector(body, "m", 1_800_000_000_000).unwrap();
+        assert_eq!(series[0].metric, "m");
+        assert_eq!(series[0].labels[0], ("machine_id".into(), "<b>".into()));
+        assert_eq!(
+            series[0].samples,
+            vec![(1_800_000_000_000, 1_700_000_000.123)]
+        );
+        assert!(parse_vector(body.replace("vector", "matrix").as_str(), "m", 0).is_err());
+    }
+
+    #[test]
+    fn a_machine_is_selected_with_its_id_escaped_as_a_promql_string() {
+        assert_eq!(selector("m", None), "m");
+        assert_eq!(
+            selector("m", Some("a\"b\\c")),
+            "m{machine_id=\"a\\\"b\\\\c\"}"
         );
     }
 

@@ -25,6 +25,8 @@
 //!   under their old names; `activations`, `deadline_misses` and `overruns` under new names only
 //!   when the event's semantics is COMPLETION; the activations of any other event under a name
 //!   that says why no deadline judged them (an older agent, or an ABI 1 probe).
+//! - A health report (`AgentHealth`) becomes gauges: the queue's backlog per tier and the
+//!   report's own time, each value standing alone as of the event time (no baseline, no run).
 //! - Every counter value comes with its baseline, where the counter stood before the event
 //!   ([`EventSamples::baseline`]), so the increase rule counts an event from the first: `0` at
 //!   the counter's start for the kinds that carry a start time, `total − increment` one
@@ -73,6 +75,10 @@ pub struct EventSamples {
     /// Entries refused alone (`bad_label`): a component, mode or rail this gateway cannot label,
     /// as the series key it would have had, with `unknown` for that label.
     pub refused_entries: Vec<String>,
+    /// The `model` and `model_version` label values of an event about a model (`unknown` for
+    /// one that names none), for the machine's model-version event times; `None` for events
+    /// about no model (queue losses, health reports).
+    pub model: Option<(String, String)>,
 }
 
 /// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
@@ -365,13 +371,15 @@ impl Builder<'_> {
     }
 }
 
-/// Where a counter event's counters start (see [`Baseline`]).
+/// Where a counter event's counters start (see [`Baseline`]), or that its values are gauges.
 #[derive(Debug, Clone, Copy)]
 enum Origin {
     /// Cumulative since this start time (ns); `0` or less: unknown.
     Start(i64),
     /// An increment event: `total` now, `increment` of it by this event.
     Increment { total: u64, increment: u64 },
+    /// Gauges: each value stands alone as of the event time (no baseline, no run).
+    Gauge,
 }
 
 /// The metric name of a series key and the rest of it (its labels).
@@ -402,9 +410,12 @@ pub fn normalize_event(
     let mut extra_pair: Option<(u64, u64)> = None;
     // A deadline event whose semantics lacks the fields it needs.
     let mut semantics_problem: Option<&'static str> = None;
+    // The model the event is about, when it is about one.
+    let mut about: Option<(Option<&str>, Option<&str>)> = None;
     let origin = match kind {
         event::Kind::DeadlineCounters(c) => {
             let (model, version) = model_labels(c.model.as_ref());
+            about = Some((model, version));
             let loop_name =
                 label_value(c.control_loop.as_ref().map_or("", |l| l.loop_name.as_str()));
             let labels = [
@@ -456,6 +467,7 @@ pub fn normalize_event(
         }
         event::Kind::SafetyFallback(f) => {
             let (model, version) = model_labels(f.model.as_ref());
+            about = Some((model, version));
             let loop_name =
                 label_value(f.control_loop.as_ref().map_or("", |l| l.loop_name.as_str()));
             let labels = [
@@ -471,6 +483,7 @@ pub fn normalize_event(
         }
         event::Kind::Intervention(i) => {
             let (model, version) = model_labels(i.model.as_ref());
+            about = Some((model, version));
             let labels = [
                 (label::MODEL, model),
                 (label::MODEL_VERSION, version),
@@ -484,6 +497,7 @@ pub fn normalize_event(
         }
         event::Kind::SafeStop(stop) => {
             let (model, version) = model_labels(stop.model.as_ref());
+            about = Some((model, version));
             let labels = [
                 (label::MODEL, model),
                 (label::MODEL_VERSION, version),
@@ -497,6 +511,7 @@ pub fn normalize_event(
         }
         event::Kind::ThrottleCounters(t) => {
             let (model, version) = model_labels(t.model.as_ref());
+            about = Some((model, version));
             let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for c in &t.components {
                 let component = (label::COMPONENT, component_label(c.component));
@@ -511,6 +526,7 @@ pub fn normalize_event(
         }
         event::Kind::AutonomySeconds(a) => {
             let (model, version) = model_labels(a.model.as_ref());
+            about = Some((model, version));
             let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for m in &a.modes {
                 let mode = (label::MODE, mode_label(m.mode));
@@ -520,6 +536,7 @@ pub fn normalize_event(
         }
         event::Kind::EnergyCounters(e) => {
             let (model, version) = model_labels(e.model.as_ref());
+            about = Some((model, version));
             let labels = [(label::MODEL, model), (label::MODEL_VERSION, version)];
             for r in &e.rails {
                 let rail = label_value(&r.rail).filter(|rail| *rail != value::UNKNOWN);
@@ -538,13 +555,23 @@ pub fn normalize_event(
                 (label::TIER, tier_label(q.tier)),
             ];
             b.push(metric::QUEUE_LOST_RECORDS, &labels, q.total as f64);
-            // A quarantine adds one incident per store moved aside to the running total, not
-            // its records (`count`).
-            let quarantined = q.cause == v1::LossCause::Quarantined as i32;
+            // Every cause counts records, a quarantine too (the records of the old store that
+            // could not be salvaged; agents before that reported one per store, `count` 1).
             Origin::Increment {
                 total: q.total,
-                increment: if quarantined { 1 } else { q.count },
+                increment: q.count,
             }
+        }
+        event::Kind::AgentHealth(h) => {
+            // The queue's backlog per tier as of the report, and the report's own time: gauges
+            // for the fleet view. A tier this gateway does not know costs its entry alone.
+            for t in &h.tiers {
+                let tier = (label::TIER, tier_label(t.tier));
+                b.push_entry(metric::QUEUE_BACKLOG_RECORDS, tier, &[], t.records as f64);
+                b.push_entry(metric::QUEUE_BACKLOG_BYTES, tier, &[], t.bytes as f64);
+            }
+            b.push(metric::AGENT_HEALTH_TIMESTAMP, &[], ts_ms as f64 / 1000.0);
+            Origin::Gauge
         }
         _ => return Normalized::NotCounter,
     };
@@ -563,7 +590,7 @@ pub fn normalize_event(
     match event_time_ok(event.event_time_unix_ns, arrival_ns, max_future_skew_ns) {
         Ok(()) => {}
         Err(TimeProblem::Future) => {
-            let ahead_s = (event.event_time_unix_ns - arrival_ns) / 1_000_000_000;
+            let ahead_s = event.event_time_unix_ns.saturating_sub(arrival_ns) / 1_000_000_000;
             let detail = format!("stamped {ahead_s} s after its arrival");
             return refuse(refusal::FUTURE_TIME, arrival_ms, detail, &b.values);
         }
@@ -633,6 +660,7 @@ pub fn normalize_event(
                 value: (total - increment) as f64,
             });
         }
+        Origin::Gauge => {}
         Origin::Start(start_ns) => {
             let start_ms = ns_to_ms(start_ns);
             // A start at or before the epoch is no start: nothing is known of where the
@@ -648,6 +676,13 @@ pub fn normalize_event(
     }
     samples.values = b.values;
     samples.refused_entries = b.refused_entries;
+    // Every label of an event that reached here is valid (a bad one refused it above).
+    samples.model = about.map(|(model, version)| {
+        (
+            model.unwrap_or(value::UNKNOWN).to_owned(),
+            version.unwrap_or(value::UNKNOWN).to_owned(),
+        )
+    });
     Normalized::Counted(samples)
 }
 
@@ -1043,6 +1078,116 @@ mod tests {
         let r = refused(&event(vec![autonomous, nan, unknown_mode]), ARRIVAL, 0);
         assert_eq!(r.reason, refusal::BAD_VALUE);
         assert_eq!(r.series.len(), 3, "the refused entry among them");
+    }
+
+    /// A quarantine's report counts the records the machine lost in it, as every other loss
+    /// report does: the series rises by them, from the total before it.
+    #[test]
+    fn a_quarantine_report_raises_the_lost_records_series_by_the_records_it_lost() {
+        let loss = |cause: v1::LossCause, count: u64, total: u64| Event {
+            seq: 1,
+            event_time_unix_ns: ARRIVAL - 1_000_000_000,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::QueueLoss(v1::QueueLoss {
+                tier: Tier::Slo as i32,
+                cause: cause as i32,
+                count,
+                total,
+                epoch: 41,
+                ..Default::default()
+            })),
+        };
+        for cause in [v1::LossCause::Quarantined, v1::LossCause::Evicted] {
+            let samples = counted(&loss(cause, 11, 30), ARRIVAL, 0);
+            assert_eq!(samples.values.len(), 1);
+            assert_eq!(samples.values[0].value, 30.0);
+            assert_eq!(
+                samples.baseline.map(|b| b.value),
+                Some(19.0),
+                "{cause:?}: the total before the report"
+            );
+        }
+    }
+
+    #[test]
+    fn a_health_report_becomes_the_backlog_per_tier_and_its_own_time_as_gauges() {
+        let tier = |tier: Tier, records, bytes| v1::TierHealth {
+            tier: tier as i32,
+            records,
+            bytes,
+            ..Default::default()
+        };
+        let time = ARRIVAL - 90_000_000_123;
+        let event = Event {
+            seq: 3,
+            event_time_unix_ns: time,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::AgentHealth(v1::AgentHealth {
+                tiers: vec![
+                    tier(Tier::Safety, 0, 0),
+                    tier(Tier::Slo, 12, 4_096),
+                    tier(Tier::Debug, 7_000, 9_000_000),
+                    // A tier this gateway does not know: that entry alone is refused.
+                    tier(Tier::Unspecified, 1, 1),
+                ],
+                ..Default::default()
+            })),
+        };
+        let samples = counted(&event, ARRIVAL, 0);
+        let got: Vec<(String, f64)> = samples
+            .values
+            .iter()
+            .map(|s| (s.series.clone(), s.value))
+            .collect();
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let key = |metric: &str, tier: Option<&str>| match tier {
+            Some(tier) => base.key(metric, &[(label::TIER, tier)]),
+            None => base.key(metric, &[]),
+        };
+        let ms = time.div_euclid(1_000_000);
+        assert_eq!(
+            got,
+            vec![
+                (key(metric::QUEUE_BACKLOG_RECORDS, Some("safety")), 0.0),
+                (key(metric::QUEUE_BACKLOG_BYTES, Some("safety")), 0.0),
+                (key(metric::QUEUE_BACKLOG_RECORDS, Some("slo")), 12.0),
+                (key(metric::QUEUE_BACKLOG_BYTES, Some("slo")), 4_096.0),
+                (key(metric::QUEUE_BACKLOG_RECORDS, Some("debug")), 7_000.0),
+                (key(metric::QUEUE_BACKLOG_BYTES, Some("debug")), 9_000_000.0),
+                (
+                    key(metric::AGENT_HEALTH_TIMESTAMP, None),
+                    ms as f64 / 1000.0
+                ),
+            ]
+        );
+        assert!(samples.values.iter().all(|s| s.ts_ms == ms));
+        // The report's time, read back from its value, is exactly its timestamp.
+        assert_eq!((got[6].1 * 1000.0).round() as i64, ms);
+        assert_eq!(samples.refused_entries.len(), 2);
+        assert!(samples.refused_entries[0].contains("tier=\"unknown\""));
+        // Gauges: no baseline, no run, and no model.
+        assert_eq!(
+            (samples.baseline, samples.run_start_ms, samples.model),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn an_event_about_a_model_names_its_model_and_version() {
+        let samples = counted(&counters(ARRIVAL, "planner"), ARRIVAL, 0);
+        assert_eq!(
+            samples.model,
+            Some(("haul-perception".to_owned(), "4.2.1".to_owned()))
+        );
+        let mut anonymous = counters(ARRIVAL, "planner");
+        if let Some(event::Kind::DeadlineCounters(c)) = &mut anonymous.kind {
+            c.model = None;
+        }
+        assert_eq!(
+            counted(&anonymous, ARRIVAL, 0).model,
+            Some(("unknown".to_owned(), "unknown".to_owned()))
+        );
     }
 
     #[test]

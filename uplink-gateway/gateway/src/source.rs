@@ -5,11 +5,15 @@
 //! Invariants:
 //! - A need `metric[range]` at `end` reads the samples with `end − range < ts ≤ end` from either
 //!   source (Prometheus' range-selector semantics; the store query is made to match).
+//! - A fleet need read [`Read::Latest`] gives, per series, the value of its latest sample in that
+//!   range stamped at `end`, from either source (Prometheus' `last_over_time` gives no sample
+//!   time, so the store's time is dropped too): the fleet core sees the same set from both.
 
+use edgewatch_slo::fleet::{FleetNeed, Read};
 use edgewatch_slo::series::METRIC_NAME_LABEL;
 use edgewatch_slo::{Labels, SeriesSet};
 
-use crate::prometheus::{QueryError, query_raw};
+use crate::prometheus::{QueryError, query_latest, query_raw, query_raw_of};
 use crate::store::{RawSeries, Store, StoreError};
 
 /// A source of raw samples.
@@ -54,6 +58,44 @@ impl Source {
         let mut set = SeriesSet::new();
         for (metric, range_ms, end_ms) in needs {
             for raw in self.fetch(metric, range_ms, end_ms)? {
+                set.add(labels_of(&raw), raw.samples);
+            }
+        }
+        Ok(set)
+    }
+}
+
+impl Source {
+    /// Reads what the fleet view needs (`edgewatch_slo::fleet::table_needs`, `detail_needs`)
+    /// into one series set.
+    pub fn fleet_set(&self, needs: &[FleetNeed]) -> Result<SeriesSet, SourceError> {
+        let mut set = SeriesSet::new();
+        for need in needs {
+            let (metric, end) = (need.metric, need.end_ms);
+            let start = end.saturating_sub(need.range_ms);
+            let machine = need.machine.as_deref();
+            let raws = match (self, need.read) {
+                (Self::Store(store), Read::Samples) => match machine {
+                    Some(machine) => store.query_machine(metric, start + 1, end, machine)?,
+                    None => store.query(metric, start + 1, end)?,
+                },
+                (Self::Store(store), Read::Latest) => {
+                    let mut raws = store.query_latest(metric, start + 1, end, machine)?;
+                    for raw in &mut raws {
+                        for sample in &mut raw.samples {
+                            sample.0 = end;
+                        }
+                    }
+                    raws
+                }
+                (Self::Prometheus(url), Read::Samples) => {
+                    query_raw_of(url, metric, machine, start, end)?
+                }
+                (Self::Prometheus(url), Read::Latest) => {
+                    query_latest(url, metric, machine, start, end)?
+                }
+            };
+            for raw in raws {
                 set.add(labels_of(&raw), raw.samples);
             }
         }

@@ -22,7 +22,7 @@
 //! live_series     (&str machine, u64 series id) -> LiveSeries (32 bytes)
 //! samples         (u64 series id, i64 ts ms)   -> f64 value
 //! dedup           &[u8] machine\0 tier epoch   -> SeqRanges encoding (see dedup.rs)
-//! machines        &str  machine id             -> MachineState (56 bytes; 40 before series lifecycle)
+//! machines        &str  machine id             -> MachineState (96 bytes; 56 before the fleet series, 40 before series lifecycle)
 //! dead_letters    u64   id (arrival order)     -> DeadLetter encoding
 //! outbox          u64   id                     -> remote-write WriteRequest (protobuf)
 //! meta            &str  name                   -> u64 (id counters, dropped dead letters)
@@ -128,11 +128,32 @@ pub struct MachineState {
     pub newest_event_ms: i64,
     /// Refusal series the machine owns (they are bounded apart from the series budget).
     pub refusal_series: u64,
+    /// Timestamp (ms) of the latest sample of the machine's fleet series (online state, last
+    /// event and arrival, model-version event times), so the next one is strictly later; 0
+    /// before the first.
+    pub last_fleet_ts_ms: i64,
+    /// Newest event time (ms) of any event received from the machine (the value of its
+    /// last-event series); 0 before the first.
+    pub last_event_ms: i64,
+    /// What the machine's latest status message said: [`Self::STATUS_NONE`],
+    /// [`Self::STATUS_ONLINE`] or [`Self::STATUS_OFFLINE`].
+    pub status: u64,
+    /// Timestamp (ms) of the latest sample of its online series; 0 before the first.
+    pub status_ts_ms: i64,
+    /// The latest arrival (ms) written to its last-arrival series; 0 before the first.
+    pub arrival_series_ms: i64,
 }
 
 impl MachineState {
-    fn encode(&self) -> [u8; 56] {
-        let mut out = [0u8; 56];
+    /// No status message seen yet.
+    pub const STATUS_NONE: u64 = 0;
+    /// The latest status said online.
+    pub const STATUS_ONLINE: u64 = 1;
+    /// The latest status said offline (a last will, or a clean stop).
+    pub const STATUS_OFFLINE: u64 = 2;
+
+    fn encode(&self) -> [u8; 96] {
+        let mut out = [0u8; 96];
         out[0..8].copy_from_slice(&self.reconnect_ns.to_be_bytes());
         out[8..16].copy_from_slice(&self.last_arrival_ns.to_be_bytes());
         out[16..24].copy_from_slice(&self.safety_received.to_be_bytes());
@@ -140,16 +161,22 @@ impl MachineState {
         out[32..40].copy_from_slice(&self.last_gateway_ts_ms.to_be_bytes());
         out[40..48].copy_from_slice(&self.newest_event_ms.to_be_bytes());
         out[48..56].copy_from_slice(&self.refusal_series.to_be_bytes());
+        out[56..64].copy_from_slice(&self.last_fleet_ts_ms.to_be_bytes());
+        out[64..72].copy_from_slice(&self.last_event_ms.to_be_bytes());
+        out[72..80].copy_from_slice(&self.status.to_be_bytes());
+        out[80..88].copy_from_slice(&self.status_ts_ms.to_be_bytes());
+        out[88..96].copy_from_slice(&self.arrival_series_ms.to_be_bytes());
         out
     }
 
-    /// Reads the 56-byte form, or the 40-byte form of stores from before the series lifecycle
-    /// (its two later fields then start at 0).
+    /// Reads the 96-byte form, the 56-byte form of stores from before the fleet series, or the
+    /// 40-byte form of stores from before the series lifecycle (the later fields then start at
+    /// 0).
     fn decode(bytes: &[u8]) -> Option<Self> {
         let field = |range: std::ops::Range<usize>| -> Option<[u8; 8]> {
             bytes.get(range)?.try_into().ok()
         };
-        if bytes.len() != 40 && bytes.len() != 56 {
+        if ![40, 56, 96].contains(&bytes.len()) {
             return None;
         }
         let later = |range: std::ops::Range<usize>| field(range).unwrap_or([0; 8]);
@@ -161,6 +188,11 @@ impl MachineState {
             last_gateway_ts_ms: i64::from_be_bytes(field(32..40)?),
             newest_event_ms: i64::from_be_bytes(later(40..48)),
             refusal_series: u64::from_be_bytes(later(48..56)),
+            last_fleet_ts_ms: i64::from_be_bytes(later(56..64)),
+            last_event_ms: i64::from_be_bytes(later(64..72)),
+            status: u64::from_be_bytes(later(72..80)),
+            status_ts_ms: i64::from_be_bytes(later(80..88)),
+            arrival_series_ms: i64::from_be_bytes(later(88..96)),
         })
     }
 }
@@ -310,6 +342,15 @@ pub struct RawSeries {
     pub samples: Vec<(i64, f64)>,
 }
 
+/// What [`Store`] reads of each series in a range.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    /// Every sample.
+    All,
+    /// The latest sample.
+    Latest,
+}
+
 /// One de-duplication stream, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DedupStream {
@@ -430,6 +471,43 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<RawSeries>, StoreError> {
+        self.read_series(metric, from_ms, to_ms, None, Read::All)
+    }
+
+    /// [`Store::query`] of one machine's series (label `machine_id` = `machine`) only.
+    pub fn query_machine(
+        &self,
+        metric: &str,
+        from_ms: i64,
+        to_ms: i64,
+        machine: &str,
+    ) -> Result<Vec<RawSeries>, StoreError> {
+        self.read_series(metric, from_ms, to_ms, Some(machine), Read::All)
+    }
+
+    /// Per series of `metric` (of one machine when `machine` is given), its latest sample with
+    /// `from_ms <= ts <= to_ms`; series sorted by key.
+    pub fn query_latest(
+        &self,
+        metric: &str,
+        from_ms: i64,
+        to_ms: i64,
+        machine: Option<&str>,
+    ) -> Result<Vec<RawSeries>, StoreError> {
+        self.read_series(metric, from_ms, to_ms, machine, Read::Latest)
+    }
+
+    fn read_series(
+        &self,
+        metric: &str,
+        from_ms: i64,
+        to_ms: i64,
+        machine: Option<&str>,
+        read: Read,
+    ) -> Result<Vec<RawSeries>, StoreError> {
+        if from_ms > to_ms {
+            return Ok(Vec::new());
+        }
         let txn = self.begin_read()?;
         let series = txn.open_table(SERIES)?;
         let samples = txn.open_table(SAMPLES)?;
@@ -442,10 +520,28 @@ impl Store {
             let Some((name, labels)) = crate::series::SeriesKey::parse(key.value()) else {
                 continue;
             };
+            if let Some(machine) = machine
+                && !labels
+                    .iter()
+                    .any(|(n, v)| n == edgewatch_slo::names::label::MACHINE_ID && v == machine)
+            {
+                continue;
+            }
             let mut points = Vec::new();
-            for sample in samples.range((id, from_ms)..=(id, to_ms))? {
-                let (k, v) = sample?;
-                points.push((k.value().1, v.value()));
+            let mut range = samples.range((id, from_ms)..=(id, to_ms))?;
+            match read {
+                Read::All => {
+                    for sample in range {
+                        let (k, v) = sample?;
+                        points.push((k.value().1, v.value()));
+                    }
+                }
+                Read::Latest => {
+                    if let Some(sample) = range.next_back() {
+                        let (k, v) = sample?;
+                        points.push((k.value().1, v.value()));
+                    }
+                }
             }
             if !points.is_empty() {
                 out.push(RawSeries {
@@ -642,6 +738,21 @@ impl Writer<'_> {
             return Ok(None);
         }
         match self.samples.range((id, from_ms)..(id, to_ms))?.next() {
+            Some(entry) => {
+                let (key, value) = entry?;
+                Ok(Some((key.value().1, value.value())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The latest sample of a series, `None` when it has none.
+    pub fn last_sample(&self, id: u64) -> Result<Option<(i64, f64)>, StoreError> {
+        match self
+            .samples
+            .range((id, i64::MIN)..=(id, i64::MAX))?
+            .next_back()
+        {
             Some(entry) => {
                 let (key, value) = entry?;
                 Ok(Some((key.value().1, value.value())))
@@ -931,7 +1042,7 @@ mod tests {
     }
 
     #[test]
-    fn machine_states_of_stores_from_before_the_series_lifecycle_still_read() {
+    fn machine_states_of_stores_from_before_the_series_lifecycle_and_the_fleet_series_still_read() {
         let state = MachineState {
             reconnect_ns: 1,
             last_arrival_ns: 2,
@@ -940,10 +1051,22 @@ mod tests {
             last_gateway_ts_ms: 5,
             newest_event_ms: 6,
             refusal_series: 7,
+            last_fleet_ts_ms: 8,
+            last_event_ms: 9,
+            status: MachineState::STATUS_OFFLINE,
+            status_ts_ms: 11,
+            arrival_series_ms: 12,
         };
         assert_eq!(MachineState::decode(&state.encode()), Some(state));
         let old = MachineState::decode(&state.encode()[..40]).unwrap();
         assert_eq!((old.safety_fresh, old.newest_event_ms), (4, 0));
+        let before_fleet = MachineState::decode(&state.encode()[..56]).unwrap();
+        assert_eq!(before_fleet.refusal_series, 7);
+        assert_eq!(
+            (before_fleet.last_event_ms, before_fleet.status),
+            (0, MachineState::STATUS_NONE)
+        );
+        assert_eq!(MachineState::decode(&state.encode()[..60]), None);
     }
 
     #[test]

@@ -286,14 +286,20 @@ fn gateway_metrics_named_in_the_operator_documents_are_exported() {
     assert!(checked >= 15, "only {checked} metric references found");
 }
 
+/// The last number of each line of a sizing block.
+fn last_numbers(block: &str) -> Vec<u32> {
+    block
+        .lines()
+        .filter_map(|line| line.split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
 #[test]
 fn the_default_series_budget_is_the_sum_shown_in_the_series_contract() {
     // The last number of each line of the arithmetic in docs/series.md, "Budget".
-    let sizing = fenced(section(SERIES, "## Budget"), "text");
-    let numbers: Vec<u32> = sizing
-        .lines()
-        .filter_map(|line| line.split_whitespace().last()?.parse().ok())
-        .collect();
+    let budget = section(SERIES, "## Budget");
+    let sizing = fenced(budget, "text");
+    let numbers = last_numbers(sizing);
     let [
         loops,
         events,
@@ -303,6 +309,7 @@ fn the_default_series_budget_is_the_sum_shown_in_the_series_contract() {
         version,
         two,
         losses,
+        backlog,
         needed,
         margin,
         total,
@@ -312,7 +319,7 @@ fn the_default_series_budget_is_the_sum_shown_in_the_series_contract() {
     };
     assert_eq!(loops + events + throttle + autonomy + energy, version);
     assert_eq!(2 * version, two);
-    assert_eq!(two + losses, needed);
+    assert_eq!(two + losses + backlog, needed);
     assert_eq!(version, margin, "the margin is one more model version");
     assert_eq!(needed + margin, total);
     assert_eq!(
@@ -326,4 +333,12 @@ fn the_default_series_budget_is_the_sum_shown_in_the_series_contract() {
             .max_series_per_machine,
         total
     );
+    // The gateway's own series of a machine, outside the budget: the second block.
+    let after = &budget[budget.find(sizing).unwrap() + sizing.len()..];
+    let own = last_numbers(fenced(after, "text"));
+    let [freshness, connection, per_two_versions, at_two] = own[..] else {
+        panic!("unexpected lines of the gateway's own series: {own:?}");
+    };
+    assert_eq!(freshness + connection + per_two_versions, at_two);
+    // `tests/fleet_series.rs` counts what a machine really owns against both blocks.
 }

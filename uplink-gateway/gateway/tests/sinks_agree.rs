@@ -158,8 +158,9 @@ async fn both_sinks_return_the_same_samples_and_the_same_report() {
     let from_ms = now_ms - 20 * 86_400_000;
     let metrics = store.metrics().unwrap();
     // Deadline counters under both names (the old fields and the completion semantics),
-    // throttle, autonomy, energy, safe stops, and the gateway's freshness pair.
-    assert_eq!(metrics.len(), 12, "{metrics:?}");
+    // throttle, autonomy, energy, safe stops, the gateway's freshness pair, and the fleet
+    // view's last event and arrival and model-version event times.
+    assert_eq!(metrics.len(), 16, "{metrics:?}");
     let mut compared = 0;
     for metric in &metrics {
         let mut local = store.query(metric, from_ms + 1, now_ms).unwrap();

@@ -29,6 +29,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Joules in one kilowatt-hour.
 pub const JOULES_PER_KWH: f64 = 3.6e6;
+/// Seconds in one hour: machine time is counted in seconds and priced in hours.
+pub const SECONDS_PER_HOUR: f64 = 3600.0;
+/// The FOCUS `ServiceName` of the edge hardware's amortization.
+pub const AMORTIZATION_SERVICE: &str = "edge-compute-amortization";
+/// The FOCUS `ServiceName` of the energy the machines drew.
+pub const ENERGY_SERVICE: &str = "edge-energy";
 /// Every duration key of the price book, named relative to its table (`[prices]` in the
 /// gateway's file): the increase rule's base lookback, bounded as the catalog's.
 pub const DURATION_KEYS: [DurationKey; 1] = [BASE_LOOKBACK];
@@ -276,7 +282,7 @@ impl Period {
         (self.start_ms..self.end_ms).step_by(MS_PER_DAY as usize)
     }
 
-    fn day_count(self) -> i64 {
+    pub(crate) fn day_count(self) -> i64 {
         (self.end_ms - self.start_ms) / MS_PER_DAY
     }
 }
@@ -477,7 +483,7 @@ fn price(book: &PriceBook, usage: BTreeMap<CellKey, Usage>, period: Period) -> C
             let hw = book.machine_classes.get(&key.machine_class);
             let hourly_rate = hw.map(|hw| hw.purchase_price / hw.lifetime_hours);
             let tariff = book.sites.get(&key.site).map(|s| s.energy_price_per_kwh);
-            let machine_hours = u.machine_seconds / 3600.0;
+            let machine_hours = u.machine_seconds / SECONDS_PER_HOUR;
             let energy_kwh = u.joules / JOULES_PER_KWH;
             if hourly_rate.is_none() && machine_hours > 0.0 {
                 missing.insert(format!("machine_class {}", key.machine_class));
@@ -487,7 +493,7 @@ fn price(book: &PriceBook, usage: BTreeMap<CellKey, Usage>, period: Period) -> C
             }
             CostLine {
                 machine_hours,
-                autonomous_hours: u.autonomous_seconds / 3600.0,
+                autonomous_hours: u.autonomous_seconds / SECONDS_PER_HOUR,
                 energy_kwh,
                 amortization: hourly_rate.map_or(0.0, |r| machine_hours * r),
                 hourly_rate,

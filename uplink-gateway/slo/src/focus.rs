@@ -26,7 +26,7 @@
 //!   quantities are rounded to nine decimals when rows are made).
 
 use crate::calendar::{MS_PER_DAY, format_rfc3339, month_bounds, parse_rfc3339};
-use crate::cost::{CostLine, CostReport};
+use crate::cost::{AMORTIZATION_SERVICE, CostLine, CostReport, ENERGY_SERVICE};
 use crate::names::label;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -203,7 +203,7 @@ fn components(line: &CostLine, currency: &str) -> Vec<Component> {
     let mut out = Vec::with_capacity(4);
     if line.machine_hours > 0.0 {
         out.push(Component {
-            service_name: "edge-compute-amortization",
+            service_name: AMORTIZATION_SERVICE,
             service_category: "Compute",
             billed: false,
             cost: line.amortization,
@@ -224,7 +224,7 @@ fn components(line: &CostLine, currency: &str) -> Vec<Component> {
     }
     if line.energy_kwh > 0.0 {
         out.push(Component {
-            service_name: "edge-energy",
+            service_name: ENERGY_SERVICE,
             service_category: "Other",
             billed: true,
             cost: line.energy,

@@ -1,7 +1,8 @@
 //! SLO & cost core of the uplink gateway: event-time compliance, error budgets, burn-rate alerts,
-//! the error-budget policy, cost per autonomous machine-hour with FOCUS rows, and the Prometheus
-//! rules for the same catalog. Pure logic: it reads no clock, no file and no network; the gateway
-//! fetches raw samples (embedded store or Prometheus) and prints what this crate returns.
+//! the error-budget policy, cost per autonomous machine-hour with FOCUS rows, the Prometheus
+//! rules for the same catalog, and the fleet view's machines table. Pure logic: it reads no
+//! clock, no file and no network; the gateway fetches raw samples (embedded store or
+//! Prometheus) and prints what this crate returns.
 //!
 //! Layout:
 //! - [`names`]: series names, label names and shared label values of `docs/series.md`, which the
@@ -13,8 +14,14 @@
 //! - [`mod@cost`]: the price book ([`RawPriceBook`] → [`PriceBook`]) and [`cost()`] → [`CostReport`]
 //!   (or [`Costing`], one series at a time).
 //! - [`focus`]: FOCUS CSV rows, corrections for restated closed days, the denominator table.
+//! - [`fleet`]: the fleet view: [`fleet::table_needs`] → [`fleet::table`] (one row per
+//!   machine: online state, last event and arrival, backlog, losses, throttled time,
+//!   autonomous hours, model versions) and [`fleet::detail_needs`] → [`fleet::detail`].
 //! - [`rules`]: [`render_rules`]: Prometheus recording and multi-window burn-rate alerting rules.
-//! - [`report`]: plain-text tables of both reports (JSON comes from their `Serialize`).
+//! - [`dashboards`]: Grafana dashboards (fleet overview, SLO burn, machine detail, cost) and their
+//!   provisioning files, reading the series of [`names`] and the records of [`rules`].
+//! - [`report`]: plain-text tables of both reports and of the machines table (JSON comes from
+//!   their `Serialize`).
 //! - `calendar`: UTC days, months, RFC 3339 and Prometheus durations.
 //!
 //! Invariants:
@@ -27,6 +34,8 @@
 
 pub mod catalog;
 pub mod cost;
+pub mod dashboards;
+pub mod fleet;
 pub mod focus;
 pub mod names;
 pub mod report;
@@ -40,7 +49,7 @@ pub use calendar::{MS_PER_DAY, format_rfc3339, parse_rfc3339};
 pub use catalog::{Catalog, RawCatalog};
 pub use cost::{CostReport, Costing, Period, PriceBook, RawPriceBook, cost};
 pub use focus::{FocusRow, focus_rows};
-pub use report::{render_cost_text, render_slo_text};
+pub use report::{render_cost_text, render_detail_text, render_fleet_text, render_slo_text};
 pub use rules::render_rules;
 pub use series::{Labels, Series, SeriesSet, Window};
 pub use slo::{Evaluation, SloReport, evaluate};

@@ -14,6 +14,9 @@
 //!   core would stop counting the old one.
 //! - Machine series (event time) are named `edge_*`; series the gateway derives itself are named
 //!   [`metric::GATEWAY_PREFIX`]`*`, and each says which time stamps it.
+//! - Series named `*_total` are cumulative counters, read with the increase rule; the others
+//!   (the fleet view's backlog, health time, online state and event times) are gauges, read by
+//!   their latest value and never with the increase rule.
 //! - The two counters of an SLO pair ([`SLO_PAIRS`]) come from one event with the same labels, so
 //!   the gateway can check the pair on every event and admit its two series together.
 //! - One name, one meaning: deadline counters judged by completion
@@ -23,9 +26,10 @@
 
 /// Series names.
 pub mod metric {
-    /// Prefix of the series the gateway derives itself (the freshness counters, stamped with
-    /// arrival time, and [`REFUSED_SAMPLES`]); machine series start with `edge_`. They count
-    /// against no machine's series budget.
+    /// Prefix of the series the gateway derives itself (the freshness counters and the fleet
+    /// view's connection and model-version series, stamped with arrival time, and
+    /// [`REFUSED_SAMPLES`]); machine series start with `edge_`. They count against no machine's
+    /// series budget (`docs/series.md` bounds them apart).
     pub const GATEWAY_PREFIX: &str = "edgewatch_";
 
     /// Control-loop cycles recorded (`DeadlineCounters.cycles`), per `loop`, `model`,
@@ -76,6 +80,34 @@ pub mod metric {
     pub const ENERGY_JOULES: &str = "edge_energy_joules_total";
     /// Records the agent's queue lost (`QueueLoss.total`), per `tier`, `cause`.
     pub const QUEUE_LOST_RECORDS: &str = "edge_queue_lost_records_total";
+    /// Records waiting in the agent's queue (`AgentHealth.tiers[].records`), per `tier`: a
+    /// gauge, the figure as of the health report's event time.
+    pub const QUEUE_BACKLOG_RECORDS: &str = "edge_queue_backlog_records";
+    /// Bytes waiting in the agent's queue (`AgentHealth.tiers[].bytes`), per `tier`: a gauge.
+    pub const QUEUE_BACKLOG_BYTES: &str = "edge_queue_backlog_bytes";
+    /// The event time of the health report the backlog comes from, in seconds: a gauge whose
+    /// value is its own timestamp, so a reader that gets values only (PromQL `last_over_time`)
+    /// knows how old the backlog figures are.
+    pub const AGENT_HEALTH_TIMESTAMP: &str = "edge_agent_health_timestamp_seconds";
+    /// 1 after the machine's status said online, 0 after it said offline (the MQTT last will the
+    /// broker publishes when the link is cut, or the agent's own at a clean stop); timestamp:
+    /// arrival. Written at each status message and again, with the state of the last one, by
+    /// the machine's batches at most once per [`super::ONLINE_REFRESH_MS`].
+    pub const MACHINE_ONLINE: &str = "edgewatch_machine_online";
+    /// The newest event time (seconds) of the events received from the machine so far;
+    /// timestamp: the arrival that raised it.
+    pub const MACHINE_LAST_EVENT: &str = "edgewatch_machine_last_event_timestamp_seconds";
+    /// The arrival (seconds) of the machine's latest batch with an event not received before;
+    /// timestamp: that arrival (or a millisecond after the machine's previous fleet sample).
+    pub const MACHINE_LAST_ARRIVAL: &str = "edgewatch_machine_last_arrival_timestamp_seconds";
+    /// The oldest event time (seconds) of the machine's stored counter events under one `model`,
+    /// `model_version`; timestamp: the arrival that lowered it.
+    pub const MODEL_VERSION_FIRST_EVENT: &str =
+        "edgewatch_model_version_first_event_timestamp_seconds";
+    /// The newest event time (seconds) of the machine's stored counter events under one `model`,
+    /// `model_version`; timestamp: the arrival that raised it.
+    pub const MODEL_VERSION_LAST_EVENT: &str =
+        "edgewatch_model_version_last_event_timestamp_seconds";
     /// Safety events accepted by the gateway (timestamp: arrival).
     pub const SAFETY_EVENTS_RECEIVED: &str = "edgewatch_safety_events_received_total";
     /// Of those, the ones within the freshness limit of the machine's reconnect (timestamp:
@@ -122,6 +154,23 @@ pub mod label {
     /// Who counted an intervention or a safe stop (see [`super::value::PROBE`] and
     /// [`super::value::LOCAL`]): each source is a counter of its own.
     pub const SOURCE: &str = "source";
+    /// The SLO a recorded series or alert of the generated rules is about (its catalog name).
+    pub const SLO: &str = "slo";
+    /// Which deadline semantics a recorded series of a deadline SLO computes
+    /// (`catalog::Semantics::id`).
+    pub const SEMANTICS: &str = "semantics";
+}
+
+/// Series and labels Prometheus itself writes, which the dashboards read.
+pub mod prometheus {
+    /// One series per active alert of the loaded rules, with the alert's labels.
+    pub const ALERTS: &str = "ALERTS";
+    /// The alert's name, a label of [`ALERTS`].
+    pub const ALERTNAME: &str = "alertname";
+    /// `pending` or `firing`, a label of [`ALERTS`].
+    pub const ALERTSTATE: &str = "alertstate";
+    /// The [`ALERTSTATE`] of an alert that fires.
+    pub const FIRING: &str = "firing";
 }
 
 /// Why the gateway refused samples: the values of [`label::REASON`].
@@ -208,6 +257,11 @@ pub const SLO_PAIRS: [(&str, &str); 3] = [
     (metric::SAFETY_EVENTS_RECEIVED, metric::SAFETY_EVENTS_FRESH),
 ];
 
+/// How often (ms of arrival time) a machine's batches re-write its online state
+/// ([`metric::MACHINE_ONLINE`]) when no status message changed it: a machine connected for
+/// months still has a sample within any lookback longer than this.
+pub const ONLINE_REFRESH_MS: i64 = 3_600_000;
+
 /// Labels an SLO is reported by, in this order. A missing label counts as `""`, as in PromQL.
 pub const GROUP_LABELS: [&str; 4] = [
     label::MACHINE_CLASS,
@@ -238,6 +292,9 @@ mod tests {
             metric::AUTONOMY_SECONDS,
             metric::ENERGY_JOULES,
             metric::QUEUE_LOST_RECORDS,
+            metric::QUEUE_BACKLOG_RECORDS,
+            metric::QUEUE_BACKLOG_BYTES,
+            metric::AGENT_HEALTH_TIMESTAMP,
         ];
         for name in machine {
             assert!(name.starts_with("edge_") && !name.starts_with(metric::GATEWAY_PREFIX));
@@ -246,6 +303,11 @@ mod tests {
             metric::SAFETY_EVENTS_RECEIVED,
             metric::SAFETY_EVENTS_FRESH,
             metric::REFUSED_SAMPLES,
+            metric::MACHINE_ONLINE,
+            metric::MACHINE_LAST_EVENT,
+            metric::MACHINE_LAST_ARRIVAL,
+            metric::MODEL_VERSION_FIRST_EVENT,
+            metric::MODEL_VERSION_LAST_EVENT,
         ] {
             assert!(name.starts_with(metric::GATEWAY_PREFIX));
         }

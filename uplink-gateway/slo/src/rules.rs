@@ -24,12 +24,36 @@
 //! Invariants:
 //! - The output is deterministic for a catalog (same text every time).
 //! - Label values in selectors are escaped for PromQL strings and, in regex matchers, for RE2.
+//! - Every recorded series is named by the functions and constants here ([`error_ratio_record`],
+//!   [`BUDGET_REMAINING_RECORD`] …), which the dashboards read by too.
 
 use crate::calendar::format_duration;
 use crate::catalog::{Bad, Catalog, Selector, Semantics, Slo};
-use crate::names::GROUP_LABELS;
+use crate::names::{GROUP_LABELS, label};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+
+/// The recorded objective of every SLO (`vector(objective)`, labelled `slo`).
+pub const OBJECTIVE_RECORD: &str = "slo:objective:ratio";
+/// The recorded share of the period's error budget left, per SLO and group: `1 − error ratio over
+/// the period / budget` (negative once overspent).
+pub const BUDGET_REMAINING_RECORD: &str = "slo:period_error_budget_remaining:ratio";
+
+/// The recorded error ratio over a window of `window_ms`, per SLO and group (and semantics):
+/// `slo:sli_error:ratio_rate<w>`.
+pub fn error_ratio_record(window_ms: i64) -> String {
+    format!("slo:sli_error:ratio_rate{}", format_duration(window_ms))
+}
+
+/// The recorded count of bad events over a window of `window_ms`: `slo:sli_error:increase<w>`.
+pub fn error_increase_record(window_ms: i64) -> String {
+    format!("slo:sli_error:increase{}", format_duration(window_ms))
+}
+
+/// The recorded count of all events over a window of `window_ms`: `slo:sli_total:increase<w>`.
+pub fn total_increase_record(window_ms: i64) -> String {
+    format!("slo:sli_total:increase{}", format_duration(window_ms))
+}
 
 enum Rule {
     Record {
@@ -99,18 +123,18 @@ fn emit_rule(out: &mut String, rule: &Rule) {
 }
 
 /// A JSON string is a YAML double-quoted scalar with the same meaning.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     serde_json::Value::String(text.to_owned()).to_string()
 }
 
 /// A number for PromQL: up to twelve decimals, no float noise (`1e-4` → `0.0001`).
-fn number(v: f64) -> String {
+pub(crate) fn number(v: f64) -> String {
     let text = format!("{v:.12}");
     text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Escapes a label value for a PromQL double-quoted string.
-fn promql_string(value: &str) -> String {
+pub(crate) fn promql_string(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('"');
     for c in value.chars() {
@@ -126,7 +150,7 @@ fn promql_string(value: &str) -> String {
 }
 
 /// Escapes RE2 metacharacters so a value matches only itself.
-fn regex_literal(value: &str) -> String {
+pub(crate) fn regex_literal(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         if "\\.+*?()|[]{}^$".contains(c) {
@@ -164,7 +188,7 @@ fn sum_increase(sel: &Selector, window: &str) -> String {
 
 fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
     let name = &slo.name;
-    let matcher = format!("{{slo={}}}", promql_string(name));
+    let matcher = format!("{{{}={}}}", label::SLO, promql_string(name));
     let budget = number(slo.budget());
     let computations = slo.sli.computations();
     let mut lengths: BTreeSet<i64> = BTreeSet::from([slo.period_ms]);
@@ -173,8 +197,8 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
     }
 
     let record = |record: String, expr: String, semantics: Option<Semantics>| {
-        let mut labels = vec![("slo", name.clone())];
-        labels.extend(semantics.map(|s| ("semantics", s.id().to_owned())));
+        let mut labels = vec![(label::SLO, name.clone())];
+        labels.extend(semantics.map(|s| (label::SEMANTICS, s.id().to_owned())));
         Rule::Record {
             record,
             expr,
@@ -184,6 +208,8 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
     let mut rules = Vec::new();
     for len in lengths {
         let w = format_duration(len);
+        let (errors_record, totals_record) =
+            (error_increase_record(len), total_increase_record(len));
         for (i, c) in computations.iter().enumerate() {
             // A computation that measures no bad events (an ABI 1 probe) records nothing: no
             // ratio, so no alert.
@@ -208,34 +234,26 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
                 Bad::Counter(_) => format!("{counted} or 0 * {total}"),
                 Bad::TotalMinusGood(_) => format!("{total} - ({counted} or 0 * {total})"),
             };
-            rules.push(record(
-                format!("slo:sli_error:increase{w}"),
-                errors,
-                c.semantics,
-            ));
-            rules.push(record(
-                format!("slo:sli_total:increase{w}"),
-                total,
-                c.semantics,
-            ));
+            rules.push(record(errors_record.clone(), errors, c.semantics));
+            rules.push(record(totals_record.clone(), total, c.semantics));
         }
         // One ratio for every computation: `/` pairs the series of the same semantics.
         rules.push(record(
-            format!("slo:sli_error:ratio_rate{w}"),
-            format!("slo:sli_error:increase{w}{matcher} / slo:sli_total:increase{w}{matcher}"),
+            error_ratio_record(len),
+            format!("{errors_record}{matcher} / {totals_record}{matcher}"),
             None,
         ));
     }
     rules.push(record(
-        "slo:objective:ratio".to_owned(),
+        OBJECTIVE_RECORD.to_owned(),
         format!("vector({})", number(slo.objective)),
         None,
     ));
     rules.push(record(
-        "slo:period_error_budget_remaining:ratio".to_owned(),
+        BUDGET_REMAINING_RECORD.to_owned(),
         format!(
-            "1 - slo:sli_error:ratio_rate{}{matcher} / {budget}",
-            format_duration(slo.period_ms)
+            "1 - {}{matcher} / {budget}",
+            error_ratio_record(slo.period_ms)
         ),
         None,
     ));
@@ -247,17 +265,21 @@ fn slo_rules(catalog: &Catalog, slo: &Slo) -> Vec<Rule> {
 
     for w in &catalog.alert_windows {
         let (long, short) = (format_duration(w.long_ms), format_duration(w.short_ms));
+        let (long_record, short_record) = (
+            error_ratio_record(w.long_ms),
+            error_ratio_record(w.short_ms),
+        );
         let factor = number(w.factor(slo.period_ms));
         let threshold = format!("({factor} * {budget})");
         rules.push(Rule::Alert {
             alert: w.alert_name(),
             expr: format!(
-                "(slo:sli_error:ratio_rate{long}{matcher} > {threshold}) and \
-                 (slo:sli_error:ratio_rate{short}{matcher} > {threshold})"
+                "({long_record}{matcher} > {threshold}) and \
+                 ({short_record}{matcher} > {threshold})"
             ),
             labels: vec![
                 ("severity", w.severity.as_str().to_owned()),
-                ("slo", name.clone()),
+                (label::SLO, name.clone()),
                 ("long_window", long.clone()),
                 ("short_window", short.clone()),
             ],

@@ -10,6 +10,7 @@
 //!     └──────────── on_connection_lost: RequeueAll, backoff grows, Connect{at} ◄────────────┘
 //!
 //!  Connected: Read ─► on_read ─► Publish (window, bandwidth bucket) ─► on_written(pkid)
+//!             a trial (a tier or a size the connection has not seen taken) ─► no Read until answered
 //!             on_puback(pkid, 0x00) ─► Delete{tier, epoch, first..=last}      (the only deletion)
 //!             0x10 / 0x97            ─► quiesce, pause (backoff grows), then probe: one record at a time
 //!             0x87 / 0x90            ─► quiesce, park the tier
@@ -28,6 +29,13 @@
 //!   a stale PUBACK matches only what the dead connection carried, never a re-send.
 //! - Nothing is read again while it may still be in flight: `RequeueAll` comes only after a
 //!   connection loss or once nothing is in flight; `Rewind` only for a batch never published.
+//! - Nothing is published behind a trial: after a publish of a tier the broker has not taken on
+//!   this connection, or larger than any payload it took there, nothing is read until that
+//!   publish is answered or the connection is gone. Mosquitto (2.0) closes the connection right
+//!   after a refusing PUBACK (0x95 for its `message_size_limit`, 0x87 for its ACL); a publish
+//!   written behind the refused one meets the reset, and rumqttc then reports the failed write
+//!   instead of the PUBACK that explains it. With nothing behind it, a refused trial's PUBACK is
+//!   read, so every refusal that ends a connection is seen as one and acted on.
 //! - Every failed connection makes the backoff ceiling grow (up to its maximum); only a success
 //!   PUBACK resets it. A refusal never leads to an immediate re-send of the same publish: halving
 //!   shrinks it, everything else waits (pause, park, backoff).
@@ -399,6 +407,13 @@ pub struct DrainCore {
     paused_until: Option<Instant>,
     /// One publish of one record at a time until a success (after a pause).
     probing: bool,
+    /// The largest payload the broker took on this connection (success or no subscriber).
+    taken_bytes: u64,
+    /// The tiers the broker took a publish of on this connection.
+    taken_tiers: PerTier<bool>,
+    /// A trial in flight: a publish the broker may refuse (a tier or a size not taken on this
+    /// connection). Nothing is read until its PUBACK; see the module documentation.
+    trial: Option<BatchRef>,
     /// Reading stopped until nothing is in flight, since then.
     quiesce: Option<Instant>,
     record_limit: PerTier<usize>,
@@ -433,6 +448,9 @@ impl DrainCore {
             parked_until: PerTier::default(),
             paused_until: None,
             probing: false,
+            taken_bytes: 0,
+            taken_tiers: PerTier::all(false),
+            trial: None,
             quiesce: None,
             record_limit: PerTier::all(settings.max_batch_events.max(1)),
             wire_limit: settings.framing_limit,
@@ -475,6 +493,11 @@ impl DrainCore {
         self.broker_payload = info.max_payload;
         self.queue_empty = false;
         self.quiesce = None;
+        // What another connection took proves nothing about this one (another broker, or the
+        // same one reconfigured).
+        self.taken_bytes = 0;
+        self.taken_tiers = PerTier::all(false);
+        self.trial = None;
         self.tracker = Tracker::default();
         self.tracker.submit(Sent::Status);
         self.actions.push_back(Action::Note(Note::Connected));
@@ -494,6 +517,7 @@ impl DrainCore {
         }
         self.phase = Phase::Waiting;
         self.quiesce = None;
+        self.trial = None;
         self.paused_until = None;
         self.send_at = None;
         self.reading = false;
@@ -560,6 +584,15 @@ impl DrainCore {
             }
             return;
         };
+        if live {
+            if self.trial == Some(batch) {
+                self.trial = None;
+            }
+            if code == reason::SUCCESS || code == reason::NO_MATCHING_SUBSCRIBERS {
+                self.taken_bytes = self.taken_bytes.max(batch.wire_bytes);
+                *self.taken_tiers.at_mut(batch.ix()) = true;
+            }
+        }
         match code {
             reason::SUCCESS => self.acked(batch),
             reason::NO_MATCHING_SUBSCRIBERS if !self.settings.retry_when_no_subscribers => {
@@ -623,6 +656,9 @@ impl DrainCore {
                     bucket.take(packet_bytes, now);
                 }
                 self.tracker.submit(Sent::Batch(batch));
+                if !(*self.taken_tiers.at(batch.ix()) && batch.wire_bytes <= self.taken_bytes) {
+                    self.trial = Some(batch);
+                }
                 self.actions.push_back(Action::Publish(batch));
             }
             ReadOutcome::TooLarge {
@@ -731,7 +767,11 @@ impl DrainCore {
             }
             return None;
         }
-        if self.paused_until.is_some() || self.queue_empty || self.send_at.is_some() {
+        if self.trial.is_some()
+            || self.paused_until.is_some()
+            || self.queue_empty
+            || self.send_at.is_some()
+        {
             return None;
         }
         let window = if self.probing {

@@ -22,8 +22,11 @@
 //! - A record leaves the queue only on a success PUBACK for a publish of it in the same epoch
 //!   (`Queue::ack` ignores another epoch's), or as a counted, reported dead letter (a record
 //!   refused again and again alone in its batch, or too large for any batch).
-//! - Publishes are submitted only while the link is up, at most `inflight` at a time, and each
-//!   payload fits the framing, the broker's maximum packet size and what refusals taught.
+//! - Publishes are submitted only while the link is up, at most `inflight` at a time, none behind
+//!   a trial (a tier or a size the broker has not taken on the connection: a broker that closes
+//!   the connection on a refusal must not reset it under a later write, which would hide the
+//!   refusal), and each payload fits the framing, the broker's maximum packet size and what
+//!   refusals taught.
 //! - After a refusal or a failed connection the next attempt waits (backoff, pause or parking),
 //!   and the backoff grows with every failed connection: nothing the broker refuses becomes a hot
 //!   retry loop or a reconnection storm.

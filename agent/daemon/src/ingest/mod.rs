@@ -18,8 +18,11 @@
 //! - A submission is accepted once it is appended, and answered in order, only once its fate is
 //!   known: an accepted reply, carrying its sequence number, only when the record is durable
 //!   under that number (within `safety_flush` for safety, `bulk_flush` for the others); an error
-//!   reply when a failed flush dropped it or the queue was replaced first. Every refusal is
-//!   answered (when the stream allows it) and counted.
+//!   reply when a failed flush dropped it, the store was quarantined first (its number is void)
+//!   or the agent stopped first. The one reply that is neither durable nor a loss: while the
+//!   queue's store is unavailable, a safety submission is held in memory and answered at once
+//!   with an error saying so ("held"); SLO and debug submissions are refused with the store's
+//!   fault. Every refusal is answered (when the stream allows it) and counted.
 //! - On shutdown the socket stops accepting and reading; every accepted submission is still
 //!   answered once durable (the flusher commits at once from then on), for at most
 //!   [`SHUTDOWN_REPLY_GRACE`] per connection that does not read its replies.
@@ -330,6 +333,8 @@ async fn write_replies(
     exchange: &Exchange,
 ) {
     let mut encoded = Vec::new();
+    // A ticket whose wait ended with the flusher stopped.
+    let mut stopped: Option<Ticket> = None;
     loop {
         let mut waiting_on = None;
         {
@@ -338,21 +343,26 @@ async fn write_replies(
             while let Some(outcome) = outcomes.front() {
                 let reply = match outcome {
                     Err(error) => codec::refused(error),
-                    Ok(ticket) => match shared.spool.fate(*ticket) {
-                        Fate::Pending => {
-                            waiting_on = Some(*ticket);
-                            break;
+                    Ok(ticket) => {
+                        // The flusher's stop is known only to the wait that saw it.
+                        let fate = match stopped {
+                            Some(stopped) if stopped == *ticket => Fate::Stopped,
+                            _ => shared.spool.fate(*ticket),
+                        };
+                        match fate {
+                            Fate::Pending => {
+                                waiting_on = Some(*ticket);
+                                break;
+                            }
+                            Fate::Durable => codec::accepted(ticket.seq),
+                            // Held (not durable: the documented exception), dropped, void after
+                            // a quarantine, or never written: an error saying which.
+                            fate => match shared.spool.not_durable(fate) {
+                                Some(why) => codec::refused(&why),
+                                None => codec::refused(&"not durable"),
+                            },
                         }
-                        Fate::Durable => codec::accepted(ticket.seq),
-                        Fate::Dropped => codec::refused(
-                            &"the queue could not write the event (a store failure); it was \
-                              dropped and counted as lost",
-                        ),
-                        Fate::Replaced => codec::refused(
-                            &"the queue was replaced (a damaged store was quarantined) before \
-                              the event was written",
-                        ),
-                    },
+                    }
                 };
                 if reply.accepted {
                     stats.accepted += 1;
@@ -375,7 +385,9 @@ async fn write_replies(
         }
         match waiting_on {
             Some(ticket) => {
-                shared.spool.settled(ticket).await;
+                if shared.spool.settled(ticket).await == Fate::Stopped {
+                    stopped = Some(ticket);
+                }
             }
             None if !exchange.reading.get() => return,
             None => exchange.pushed.notified().await,
@@ -414,7 +426,7 @@ fn accept(submission: Submission, shared: &Shared) -> Outcome {
     }
     let ticket = spool
         .append(tier, &event)
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| refusal(spool, &error))?;
     if let Some(prepared) = prepared {
         counting
             .counts
@@ -429,6 +441,15 @@ fn accept(submission: Submission, shared: &Shared) -> Outcome {
         }
     }
     Ok(ticket)
+}
+
+/// The reply to a refused append: what the queue said, and while its store is unavailable,
+/// why.
+fn refusal(spool: &Spool, error: &edgewatch_queue::AppendError) -> String {
+    match spool.queue().store_fault() {
+        Some(fault) => format!("{error} ({})", fault.reason),
+        None => error.to_string(),
+    }
 }
 
 /// Why `emit` failed.

@@ -238,6 +238,7 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
         name: "control".into(),
         rate_hz: 1000.0,
         budget_ms: 0.5,
+        deadline_ms: None,
         fifo: Some(config.fifo_priority),
         cpu: Some(loop_cpu),
         require_rt: true,

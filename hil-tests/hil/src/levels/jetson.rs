@@ -234,6 +234,7 @@ pub fn run(bins: &Binaries, config: &JetsonConfig) -> Result<JetsonReport, Level
             name: "jetson-25hz".into(),
             rate_hz: 25.0,
             budget_ms: 40.0,
+            deadline_ms: None,
             fifo: Some(80),
             cpu: Some(config.control_cpu),
             require_rt: true,

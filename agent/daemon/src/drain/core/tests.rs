@@ -120,6 +120,23 @@ impl Rig {
         self.core.on_written(pkid);
     }
 
+    /// The broker takes a publish of every tier, of `wire_bytes`, on this connection (batches of
+    /// their own sequence numbers, written as `pkid`): publishes up to that size then go out
+    /// together, not as trials.
+    fn broker_took_every_tier(&mut self, wire_bytes: u64, pkid: u16) {
+        for tier in TIERS {
+            let taken = BatchRef {
+                wire_bytes,
+                ..batch(tier, EPOCH, 1_000_000, 1_000_000)
+            };
+            self.publish(taken, pkid);
+            assert!(
+                self.puback(pkid, reason::SUCCESS)
+                    .contains(&Action::Delete(taken))
+            );
+        }
+    }
+
     fn puback(&mut self, pkid: u16, code: u8) -> Vec<Action> {
         self.core.on_puback(self.now, pkid, code);
         self.poll()
@@ -201,6 +218,7 @@ fn a_late_puback_after_a_quarantine_names_the_old_epoch() {
 #[test]
 fn stale_events_after_a_reconnect_match_only_the_dead_connection() {
     let mut rig = Rig::connected(settings());
+    rig.broker_took_every_tier(1_000, 2);
     let a = batch(Tier::Debug, EPOCH, 1, 8);
     let b = batch(Tier::Debug, EPOCH, 9, 16);
     rig.publish(a, 2);
@@ -264,9 +282,78 @@ fn an_undecodable_puback_0x95_halves_the_batch_in_flight_and_lowers_the_wire_lim
     );
 }
 
+/// Mosquitto closes the connection right after its PUBACK 0x95 for a publish above its
+/// `message_size_limit`. A batch written behind the refused one meets the reset: rumqttc reports
+/// the failed write (a bare link failure), never reads the PUBACK, and the same batches went out
+/// again on every connection, each costing one with no refusal seen (the flaky drain test). A
+/// batch larger than any the connection took goes out alone, so its refusal is the answer read.
+#[test]
+fn a_batch_larger_than_any_the_connection_took_goes_out_alone_so_its_refusal_is_seen() {
+    let mut rig = Rig::connected(settings());
+    let big = |first| BatchRef {
+        wire_bytes: 200_000,
+        ..batch(Tier::Debug, EPOCH, first, first + 7)
+    };
+    rig.publish(big(1), 2);
+    rig.next.push_back(ReadOutcome::Encoded {
+        batch: big(9),
+        packet_bytes: 200_040,
+    });
+    let actions = rig.poll_after_durable();
+    assert!(
+        read_request(&actions).is_none(),
+        "a batch read behind one the broker may refuse: {actions:?}"
+    );
+    // Nothing behind it: the PUBACK 0x95 is read as the connection ends.
+    rig.reconnect(Lost::Undecodable(Some(reason::PACKET_TOO_LARGE)), |_, _| {});
+    assert_eq!(rig.core.record_limits().debug, 4);
+    assert_eq!(rig.core.wire_limit(), 100_000);
+}
+
+/// What the broker took on a connection, and only that, goes out several at a time: a publish of a
+/// tier it took nothing of yet (an ACL may refuse its topic, and Mosquitto then closes the
+/// connection too), or larger than any it took, is a trial with nothing behind it; a new
+/// connection starts over.
+#[test]
+fn only_tiers_and_sizes_the_connection_took_are_published_behind_each_other() {
+    let mut rig = Rig::connected(settings());
+    rig.publish(batch(Tier::Debug, EPOCH, 1, 8), 2);
+    assert!(
+        rig.would_read().is_none(),
+        "a tier not taken yet is a trial"
+    );
+    rig.puback(2, reason::SUCCESS);
+    // Debug batches up to 480 bytes now go out together.
+    rig.publish(batch(Tier::Debug, EPOCH, 9, 16), 3);
+    rig.publish(batch(Tier::Debug, EPOCH, 17, 20), 4);
+    rig.publish(batch(Tier::Slo, EPOCH, 1, 2), 5);
+    assert!(rig.would_read().is_none(), "another tier is a trial");
+    rig.puback(5, reason::NO_MATCHING_SUBSCRIBERS);
+    for pkid in [3, 4] {
+        rig.puback(pkid, reason::SUCCESS);
+    }
+    rig.wait_for_timer();
+    rig.publish(batch(Tier::Slo, EPOCH, 1, 1), 6);
+    rig.puback(6, reason::SUCCESS);
+    rig.publish(batch(Tier::Slo, EPOCH, 2, 2), 7);
+    assert!(rig.would_read().is_some(), "the broker took slo (0x10 too)");
+    rig.publish(batch(Tier::Debug, EPOCH, 21, 29), 8);
+    assert!(
+        rig.would_read().is_none(),
+        "a larger payload than taken is a trial"
+    );
+    rig.puback(8, reason::SUCCESS);
+    assert!(rig.would_read().is_some());
+    // Another connection has taken nothing yet.
+    rig.reconnect(Lost::Link, |_, _| {});
+    rig.publish(batch(Tier::Debug, EPOCH, 1, 1), 2);
+    assert!(rig.would_read().is_none(), "a new connection starts over");
+}
+
 #[test]
 fn the_blame_falls_on_the_oldest_publish_the_stale_pubacks_left_unanswered() {
     let mut rig = Rig::connected(settings());
+    rig.broker_took_every_tier(1_000, 2);
     rig.publish(batch(Tier::Slo, EPOCH, 1, 8), 2);
     rig.publish(batch(Tier::Debug, EPOCH, 1, 6), 3);
     rig.reconnect(
@@ -392,6 +479,7 @@ fn a_content_refusal_halves_the_tier_until_batches_fit_again() {
 #[test]
 fn after_a_refusal_nothing_is_read_again_while_other_batches_are_in_flight() {
     let mut rig = Rig::connected(settings());
+    rig.broker_took_every_tier(1_000, 2);
     rig.publish(batch(Tier::Debug, EPOCH, 1, 8), 2);
     rig.publish(batch(Tier::Debug, EPOCH, 9, 16), 3);
     let actions = rig.puback(2, reason::PAYLOAD_FORMAT_INVALID);
@@ -430,6 +518,7 @@ fn quota_exceeded_pauses_on_the_same_connection_with_a_growing_backoff() {
 #[test]
 fn no_subscribers_pause_the_drain_with_a_growing_backoff_and_probe_one_batch_at_a_time() {
     let mut rig = Rig::connected(settings());
+    rig.broker_took_every_tier(1_000, 2);
     rig.publish(batch(Tier::Safety, EPOCH, 1, 8), 2);
     rig.publish(batch(Tier::Safety, EPOCH, 9, 16), 3);
     rig.puback(2, reason::NO_MATCHING_SUBSCRIBERS);
@@ -561,6 +650,11 @@ fn the_bandwidth_cap_never_holds_back_connecting_or_the_status_message() {
         ..batch(Tier::Debug, EPOCH, 1, 8)
     };
     rig.publish(big, 2);
+    // The broker takes it: the batch, not a trial, is what holds the next read back.
+    assert!(
+        rig.puback(2, reason::SUCCESS)
+            .contains(&Action::Delete(big))
+    );
     let held = rig.core.poll_timeout().unwrap();
     assert!(
         held - rig.now >= Duration::from_secs(13),
@@ -604,13 +698,19 @@ fn the_window_is_the_smaller_of_inflight_and_the_brokers_receive_maximum() {
     let actions = drain(&mut core, at);
     let request = read_request(&actions).unwrap();
     assert_eq!((request.wire_limit, request.single_limit), (10_000, 10_000));
-    core.on_read(
-        at,
-        ReadOutcome::Encoded {
-            batch: batch(Tier::Safety, EPOCH, 1, 1),
-            packet_bytes: 100,
-        },
-    );
+    let encoded = |first| ReadOutcome::Encoded {
+        batch: batch(Tier::Safety, EPOCH, first, first),
+        packet_bytes: 100,
+    };
+    core.on_read(at, encoded(1));
+    drain(&mut core, at);
+    core.on_written(1);
+    core.on_written(2);
+    // The broker takes the batch (not yet the status): the window has room for one more.
+    core.on_puback(at, 2, reason::SUCCESS);
+    core.on_durable();
+    assert!(read_request(&drain(&mut core, at)).is_some());
+    core.on_read(at, encoded(2));
     drain(&mut core, at);
     core.on_durable();
     assert!(
@@ -654,6 +754,7 @@ fn shutdown_waits_for_the_batches_in_flight_then_finishes() {
 #[test]
 fn a_quiesce_the_broker_never_answers_drops_the_connection() {
     let mut rig = Rig::connected(settings());
+    rig.broker_took_every_tier(1_000, 2);
     rig.publish(batch(Tier::Debug, EPOCH, 1, 8), 2);
     rig.publish(batch(Tier::Debug, EPOCH, 9, 16), 3);
     rig.puback(2, reason::NOT_AUTHORIZED);
@@ -782,6 +883,12 @@ struct World {
     // The broker's limit on payloads (Mosquitto's message_size_limit: not announced).
     broker_limit: u64,
     // Ground truth.
+    /// Connections established.
+    connections: u32,
+    /// Connections the broker ended by refusing a publish (PUBACK or DISCONNECT 0x95).
+    ended_by_refusal: u32,
+    /// Of those, the ones the core has not reported (`Note::Refused` 0x95) yet.
+    unreported_refusals: u32,
     taken: BTreeSet<(usize, u64, u64)>,
     refused_alone: BTreeMap<(usize, u64, u64), u32>,
     dead_lettered: BTreeSet<(usize, u64, u64)>,
@@ -810,6 +917,9 @@ impl World {
             events: VecDeque::new(),
             encoded: None,
             broker_limit: 6_000,
+            connections: 0,
+            ended_by_refusal: 0,
+            unreported_refusals: 0,
             taken: BTreeSet::new(),
             refused_alone: BTreeMap::new(),
             dead_lettered: BTreeSet::new(),
@@ -924,6 +1034,16 @@ impl World {
                 self.records[ix].remove(&seq);
                 self.dead_lettered.insert((ix, epoch, seq));
             }
+            Action::Note(Note::Refused {
+                code: reason::PACKET_TOO_LARGE,
+                ..
+            }) => {
+                assert!(
+                    self.unreported_refusals > 0,
+                    "a refusal reported that ended no connection"
+                );
+                self.unreported_refusals -= 1;
+            }
             Action::Note(_) => {}
             Action::Finished => {}
         }
@@ -1015,12 +1135,35 @@ impl World {
         if !self.up || self.written.is_empty() {
             return;
         }
-        let (pkid, carried) = self.written.remove(n % self.written.len());
+        let index = n % self.written.len();
+        let (pkid, carried) = self.written.remove(index);
         let code = match &carried {
             Carried::Records { wire, .. } if *wire > self.broker_limit => {
-                // Mosquitto's PUBACK 0x95 is not decodable by rumqttc: the connection fails.
-                self.written.insert(0, (pkid, carried));
-                self.cut(Lost::Undecodable(Some(reason::PACKET_TOO_LARGE)));
+                // Mosquitto answers PUBACK 0x95, which rumqttc cannot decode, and closes the
+                // connection. A publish written behind the refused one (or waiting to be) meets
+                // the reset: rumqttc reports its failed write, a bare link failure, and never
+                // reads the PUBACK.
+                let behind = index < self.written.len()
+                    || self.collided.is_some()
+                    || !self.channel.is_empty();
+                if behind {
+                    self.ended_by_refusal += 1;
+                    self.unreported_refusals += 1;
+                    if let Carried::Records {
+                        tier, epoch, seqs, ..
+                    } = &carried
+                        && seqs.len() == 1
+                    {
+                        *self
+                            .refused_alone
+                            .entry((*tier, *epoch, seqs[0]))
+                            .or_default() += 1;
+                    }
+                    self.cut(Lost::Link);
+                } else {
+                    self.written.insert(0, (pkid, carried));
+                    self.cut(Lost::Undecodable(Some(reason::PACKET_TOO_LARGE)));
+                }
                 return;
             }
             Carried::Records { poison: true, .. } => reason::PAYLOAD_FORMAT_INVALID,
@@ -1074,7 +1217,16 @@ impl World {
             return;
         }
         // A refusal that ends the connection is the broker's answer to the oldest publish it has
-        // not answered yet.
+        // not answered yet, which the core reports once the next connection is up.
+        if lost.blames_a_publish() == Some(reason::PACKET_TOO_LARGE)
+            && self
+                .written
+                .iter()
+                .any(|(_, carried)| matches!(carried, Carried::Records { .. }))
+        {
+            self.ended_by_refusal += 1;
+            self.unreported_refusals += 1;
+        }
         if lost.blames_a_publish().is_some()
             && let Some(Carried::Records {
                 tier, epoch, seqs, ..
@@ -1119,6 +1271,7 @@ impl World {
             return;
         }
         self.up = true;
+        self.connections += 1;
         while !self.events.is_empty() {
             self.deliver();
         }
@@ -1132,6 +1285,7 @@ impl World {
     }
 
     fn step(&mut self, step: Step) {
+        let connecting = matches!(step, Step::Connect { ok: true }) && !self.up;
         match step {
             Step::Append { tier, size, poison } => {
                 let seq = self.next_seq[tier];
@@ -1163,6 +1317,8 @@ impl World {
                 self.core.on_epoch(self.epoch);
             }
             Step::Restart => {
+                // The restarted agent knows nothing of the refusals its predecessor met.
+                self.unreported_refusals = 0;
                 self.up = false;
                 self.channel.clear();
                 self.written.clear();
@@ -1176,6 +1332,12 @@ impl World {
             }
         }
         self.run_actions();
+        if connecting && self.up {
+            assert_eq!(
+                self.unreported_refusals, 0,
+                "a refusal that ended a connection was not reported once the next one was up"
+            );
+        }
     }
 
     fn queued(&self) -> usize {
@@ -1220,6 +1382,34 @@ impl World {
         }
         None
     }
+}
+
+/// The flaky drain test, step by step: a broker that answers a batch above its limit with PUBACK
+/// 0x95 and closes the connection (Mosquitto's `message_size_limit`), a backlog of batches four
+/// times that limit, then a good link. Each refusal costs one connection, each is reported, and the
+/// backlog drains: batches of 8 records (24,000 bytes), 4 (12,000), then 2 (6,000, taken).
+#[test]
+fn a_broker_closing_the_connection_on_each_size_refusal_costs_one_connection_per_refusal() {
+    let mut world = World::new(settings());
+    for _ in 0..32 {
+        world.step(Step::Append {
+            tier: tier::DEBUG,
+            size: 3_000,
+            poison: false,
+        });
+    }
+    let rounds = world.settle();
+    assert!(
+        rounds.is_some(),
+        "{} records left after {} connections, {} ended by a refusal, {} of those not reported",
+        world.queued(),
+        world.connections,
+        world.ended_by_refusal,
+        world.unreported_refusals
+    );
+    assert_eq!(world.ended_by_refusal, 2);
+    assert_eq!(world.connections, 3);
+    assert_eq!(world.unreported_refusals, 0);
 }
 
 /// `PROPTEST_CASES=N` runs more cases (default 256).

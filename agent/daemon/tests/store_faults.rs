@@ -1,0 +1,642 @@
+//! The queue's store failing for a reason other than corruption: the agent stays up (no restart
+//! loop), reports the fault in its status file, answers local clients that the store is
+//! unavailable, holds safety events in memory (up to `queue.safety_hold_records`, the rest
+//! counted as `buffer_overflow`), refuses and counts the other tiers, reopens the store with
+//! backoff and, once it is back, writes every held safety event exactly once.
+//!
+//! Every agent here runs the packaged defaults (flush intervals, store retry backoff, hold size):
+//! only paths, the broker's address and the placement for a shared test machine are set.
+//!
+//! - A store that cannot be opened (its file is a directory): runs anywhere.
+//! - ENOSPC: the queue on a small loop-mounted ext4 filled up by another file.
+//! - EIO: the queue's file system on a device-mapper linear device switched to dm's `error`
+//!   target and back.
+//!
+//! The last two need root, loop devices, e2fsprogs and (EIO) dmsetup with a kernel that has
+//! device-mapper. Elsewhere they print SKIP with the reason; with
+//! `EDGEWATCH_REQUIRE_FAULT_INJECTION=1` (set by `.ci/run`, CI, which runs as root with loop
+//! devices) a missing prerequisite fails them.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+#![allow(clippy::print_stdout)] // A SKIP says why on the test's output.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use edgewatch_harness::agent::AgentProcess;
+use edgewatch_harness::events::event_id;
+use edgewatch_harness::process::Launch;
+use edgewatch_proto::v1::{Event, LocalReply, LossCause, QueueLoss, Tier, event};
+use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
+use prost::Message;
+use util::{BIN, submit_all, test_event, wait_until};
+
+/// The packaged default of `queue.safety_hold_records`.
+const HOLD: usize = 4096;
+
+/// The agent's configuration: packaged defaults except where its files go, the broker (an
+/// address where nothing listens unless given), and placement on a shared machine.
+fn config_text(dir: &Path, queue: &Path, broker_port: u16) -> String {
+    format!(
+        r#"
+[machine]
+id = "truck-9"
+site = "pit-3"
+class = "haul-truck"
+
+[queue]
+dir = "{queue}"
+
+[uplink]
+host = "127.0.0.1"
+port = {broker_port}
+
+[scheduling]
+idle_priority = false
+
+[ingest]
+socket = "{dir}/agent.sock"
+
+[status]
+file = "{dir}/agent-status.json"
+
+[thermal]
+tegrastats_enabled = false
+sysfs_root = "{dir}/no-sysfs"
+"#,
+        queue = queue.display(),
+        dir = dir.display(),
+    )
+}
+
+/// A port on which nothing listens: the agent backs off and never drains, so everything it
+/// wrote is still in its queue when the test reads it.
+fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn start_agent(dir: &Path, queue: &Path) -> AgentProcess {
+    let mut agent = AgentProcess::start(
+        Path::new(BIN),
+        dir,
+        &config_text(dir, queue, dead_port()),
+        Launch::new("info"),
+    )
+    .unwrap();
+    if let Err(error) = agent.wait_for_socket(Duration::from_secs(30)) {
+        panic!("the agent did not stay up: {error}\n{}", agent.log());
+    }
+    agent
+}
+
+/// The status file's `store` section.
+fn store_status(agent: &AgentProcess) -> serde_json::Value {
+    agent.status_file()["store"].clone()
+}
+
+fn wait_for_store(agent: &mut AgentProcess, available: bool, timeout: Duration) {
+    let reached = wait_until(timeout, || {
+        store_status(agent)["available"].as_bool() == Some(available)
+    });
+    assert!(
+        reached,
+        "the status file never said available = {available}: {}\n{}",
+        agent.status_file(),
+        agent.log()
+    );
+    assert!(agent.running(), "the agent exited:\n{}", agent.log());
+}
+
+fn safety(id: i64) -> (Tier, Event) {
+    (Tier::Safety, test_event(id, 10))
+}
+
+fn held(reply: &LocalReply) -> bool {
+    !reply.accepted && reply.error.contains("unavailable") && reply.error.contains("held in memory")
+}
+
+fn overflowed(reply: &LocalReply) -> bool {
+    !reply.accepted && reply.error.contains("hold buffer is full")
+}
+
+/// Everything a stopped agent's queue holds: (tier, seq) → event.
+fn read_queue(queue_dir: &Path) -> BTreeMap<(Tier, u64), Event> {
+    let (mut queue, _) = Queue::open(RawQueueConfig::new(queue_dir), SystemTime::now()).unwrap();
+    let limits = BatchLimits {
+        max_records: 10_000,
+        max_bytes: 64 << 20,
+    };
+    let mut all = BTreeMap::new();
+    while let Some(batch) = queue.next_batch(limits).unwrap() {
+        for (seq, bytes) in batch.records() {
+            all.insert((batch.tier(), seq), Event::decode(bytes).unwrap());
+        }
+    }
+    all
+}
+
+/// Custom-event ids per tier, with how often each is stored.
+fn stored_ids(all: &BTreeMap<(Tier, u64), Event>, tier: Tier) -> BTreeMap<i64, usize> {
+    let mut ids = BTreeMap::new();
+    for ((t, _), event) in all {
+        if *t == tier
+            && let Some(id) = event_id(event)
+        {
+            *ids.entry(id).or_default() += 1;
+        }
+    }
+    ids
+}
+
+/// Records lost per (tier, cause), summed over the queue's `QueueLoss` reports.
+fn losses(all: &BTreeMap<(Tier, u64), Event>) -> BTreeMap<(i32, i32), u64> {
+    let mut sums = BTreeMap::new();
+    for event in all.values() {
+        if let Some(event::Kind::QueueLoss(QueueLoss {
+            tier, cause, count, ..
+        })) = &event.kind
+        {
+            *sums.entry((*tier, *cause)).or_default() += count;
+        }
+    }
+    sums
+}
+
+/// `AgentHealth` events in the safety tier that name a store fault.
+fn fault_health_reports(all: &BTreeMap<(Tier, u64), Event>) -> usize {
+    all.iter()
+        .filter(|((tier, _), event)| {
+            *tier == Tier::Safety
+                && matches!(&event.kind, Some(event::Kind::AgentHealth(h)) if !h.store_fault.is_empty())
+        })
+        .count()
+}
+
+#[test]
+fn an_agent_whose_store_cannot_open_stays_up_holds_safety_events_and_writes_each_once_when_it_opens()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = dir.path().join("queue");
+    // Not corruption: the store's path cannot be opened as a file at all.
+    let blocker = queue.join("queue.redb");
+    std::fs::create_dir_all(&blocker).unwrap();
+    let mut agent = start_agent(dir.path(), &queue);
+    wait_for_store(&mut agent, false, Duration::from_secs(10));
+    let store = store_status(&agent);
+    assert!(
+        store["fault"].as_str().unwrap().contains("queue.redb"),
+        "{store}"
+    );
+
+    // More safety submissions than the hold takes, and one SLO submission.
+    let mut submissions: Vec<_> = (1..=HOLD as i64 + 20).map(safety).collect();
+    submissions.insert(5, (Tier::Slo, test_event(100_000, 10)));
+    let replies = submit_all(&agent.socket(), submissions.clone());
+    let slo_reply = &replies[5];
+    assert!(
+        !slo_reply.accepted && slo_reply.error.contains("unavailable"),
+        "{slo_reply:?}"
+    );
+    let mut held_ids = Vec::new();
+    let mut overflow_ids = Vec::new();
+    for ((_, event), reply) in submissions.iter().zip(&replies) {
+        let id = event_id(event).unwrap();
+        if id == 100_000 {
+            continue;
+        }
+        if held(reply) {
+            held_ids.push(id);
+        } else if overflowed(reply) {
+            overflow_ids.push(id);
+        } else {
+            panic!("submission {id}: neither held nor overflowed: {reply:?}");
+        }
+    }
+    assert!(!overflow_ids.is_empty(), "the hold is bounded");
+    assert!(
+        held_ids.len() <= HOLD && held_ids.len() + 1 >= HOLD,
+        "the hold took {} submissions (its size is {HOLD}, one place may hold the fault report)",
+        held_ids.len()
+    );
+    assert!(
+        wait_until(
+            Duration::from_secs(5),
+            || store_status(&agent)["held_safety"].as_u64() == Some(HOLD as u64)
+        ),
+        "the status file shows the hold full: {}",
+        store_status(&agent)
+    );
+    let cli = agent.command(&["status", "--json"]).unwrap();
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(cli["agent"]["store"]["available"].as_bool(), Some(false));
+    let as_of = agent.status_file()["as_of_unix_ms"].as_u64().unwrap();
+    assert!(
+        wait_until(
+            Duration::from_secs(5),
+            || agent.status_file()["as_of_unix_ms"].as_u64().unwrap() > as_of
+        ),
+        "the agent keeps running its tasks while the store is unavailable"
+    );
+
+    // The store becomes available: the next attempt opens it and writes what is held.
+    std::fs::remove_dir(&blocker).unwrap();
+    wait_for_store(&mut agent, true, Duration::from_secs(90));
+    let after = submit_all(&agent.socket(), vec![safety(200_000)]);
+    assert!(after[0].accepted, "{:?}", after[0]);
+    assert!(
+        agent
+            .terminate(Duration::from_secs(30))
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let all = read_queue(&queue);
+    let ids = stored_ids(&all, Tier::Safety);
+    for id in &held_ids {
+        assert_eq!(ids.get(id), Some(&1), "held safety event {id} written once");
+    }
+    for id in &overflow_ids {
+        assert_eq!(
+            ids.get(id),
+            None,
+            "overflowed safety event {id} not written"
+        );
+    }
+    assert_eq!(ids.get(&200_000), Some(&1));
+    assert_eq!(ids.len(), held_ids.len() + 1);
+    assert!(stored_ids(&all, Tier::Slo).is_empty());
+    let losses = losses(&all);
+    assert_eq!(
+        losses.get(&(Tier::Safety as i32, LossCause::BufferOverflow as i32)),
+        Some(&(overflow_ids.len() as u64)),
+        "each overflowed submission is counted once: {losses:?}"
+    );
+    assert_eq!(
+        losses.get(&(Tier::Slo as i32, LossCause::DiskFull as i32)),
+        Some(&1),
+        "the refused SLO submission is counted: {losses:?}"
+    );
+    assert_eq!(
+        fault_health_reports(&all),
+        1,
+        "one health report names the fault"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Privileged fault injection.
+
+/// `Err(reason)` unless this process can build loop-mounted file systems (and, with `dm`, a
+/// device-mapper device).
+fn prerequisites(dm: bool) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root for loop devices and mounts".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Err("no /dev/loop-control (loop devices unavailable)".into());
+    }
+    let mut tools = vec!["mkfs.ext4", "mount", "umount", "losetup", "dd"];
+    if dm {
+        tools.extend(["dmsetup", "blockdev"]);
+    }
+    for tool in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Err(format!(
+                "{tool} not found (packages e2fsprogs, mount, dmsetup)"
+            ));
+        }
+    }
+    if dm {
+        let version = Command::new("dmsetup").arg("version").output();
+        match version {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                return Err(format!(
+                    "the kernel has no device-mapper driver: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Err(error) => return Err(format!("dmsetup: {error}")),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the test body if the prerequisites hold; otherwise SKIP, or fail where they are
+/// required.
+fn privileged(what: &str, dm: bool) -> bool {
+    match prerequisites(dm) {
+        Ok(()) => true,
+        Err(reason) if std::env::var_os("EDGEWATCH_REQUIRE_FAULT_INJECTION").is_some() => {
+            panic!("{what}: a prerequisite is missing where it is required: {reason}")
+        }
+        Err(reason) => {
+            println!("SKIP {what}: {reason}");
+            false
+        }
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "{cmd} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A file system mounted at `dir` from `device`; unmounted on drop.
+struct Mounted {
+    dir: PathBuf,
+    device: String,
+}
+
+impl Mounted {
+    /// ext4 without a journal, mounted `errors=continue`: an I/O error fails the operation
+    /// that met it and leaves the file system writable once the device works again (a journal
+    /// would abort and hold the file system read-only until an fsck).
+    fn format_and_mount(device: &str, dir: &Path) -> Result<Self, String> {
+        run(
+            "mkfs.ext4",
+            &["-q", "-F", "-m", "0", "-O", "^has_journal", device],
+        )?;
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let mounted = Self {
+            dir: dir.to_owned(),
+            device: device.to_owned(),
+        };
+        mounted.mount()?;
+        Ok(mounted)
+    }
+
+    fn mount(&self) -> Result<(), String> {
+        let mut args = vec!["-o", "errors=continue"];
+        if !self.device.starts_with("/dev/") {
+            args = vec!["-o", "loop,errors=continue"];
+        }
+        args.push(&self.device);
+        let dir = self.dir.to_str().unwrap();
+        args.push(dir);
+        run("mount", &args).map(|_| ())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if run("umount", &[self.dir.to_str().unwrap()]).is_err() {
+            let _ = run("umount", &["-l", self.dir.to_str().unwrap()]);
+        }
+    }
+}
+
+/// A loop device over an image file; detached on drop.
+struct LoopDevice {
+    path: String,
+}
+
+impl LoopDevice {
+    fn attach(image: &Path) -> Result<Self, String> {
+        let path = run("losetup", &["-f", "--show", image.to_str().unwrap()])?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = run("losetup", &["-d", &self.path]);
+    }
+}
+
+/// A device-mapper device mapping a loop device linearly, switchable to dm's `error` target
+/// (every I/O fails with EIO) and back; removed on drop.
+struct DmDevice {
+    name: String,
+    sectors: u64,
+    backing: String,
+}
+
+impl DmDevice {
+    fn linear(name: &str, backing: &LoopDevice) -> Result<Self, String> {
+        let sectors: u64 = run("blockdev", &["--getsz", &backing.path])?
+            .parse()
+            .map_err(|e| format!("blockdev: {e}"))?;
+        let device = Self {
+            name: name.to_owned(),
+            sectors,
+            backing: backing.path.clone(),
+        };
+        run(
+            "dmsetup",
+            &["create", name, "--table", &device.linear_table()],
+        )?;
+        Ok(device)
+    }
+
+    fn path(&self) -> String {
+        format!("/dev/mapper/{}", self.name)
+    }
+
+    fn linear_table(&self) -> String {
+        format!("0 {} linear {} 0", self.sectors, self.backing)
+    }
+
+    fn switch_to(&self, table: &str) -> Result<(), String> {
+        run("dmsetup", &["suspend", "--noflush", &self.name])?;
+        run("dmsetup", &["load", &self.name, "--table", table])?;
+        run("dmsetup", &["resume", &self.name]).map(|_| ())
+    }
+
+    fn fail_every_io(&self) -> Result<(), String> {
+        self.switch_to(&format!("0 {} error", self.sectors))
+    }
+
+    fn work_again(&self) -> Result<(), String> {
+        self.switch_to(&self.linear_table())
+    }
+}
+
+impl Drop for DmDevice {
+    fn drop(&mut self) {
+        let _ = run("dmsetup", &["remove", "--retry", &self.name]);
+    }
+}
+
+/// Submits debug events of 60 KB until the status file says the store is unavailable.
+fn fill_until_unavailable(agent: &mut AgentProcess, first_id: i64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut id = first_id;
+    while store_status(agent)["available"].as_bool() != Some(false) {
+        assert!(
+            Instant::now() < deadline,
+            "the store never failed:\n{}",
+            agent.log()
+        );
+        let batch = (0..8)
+            .map(|i| (Tier::Debug, test_event(id + i, 60_000)))
+            .collect();
+        submit_all(&agent.socket(), batch);
+        id += 8;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What both privileged tests check once the store has failed: the agent is up and says so,
+/// safety submissions are held and answered so, an SLO one is refused. Returns the held ids.
+fn check_degraded(agent: &mut AgentProcess) -> Vec<i64> {
+    let store = store_status(agent);
+    assert!(!store["fault"].as_str().unwrap_or("").is_empty(), "{store}");
+    let submissions = vec![
+        safety(1_001),
+        safety(1_002),
+        (Tier::Slo, test_event(1_003, 10)),
+        safety(1_004),
+    ];
+    let replies = submit_all(&agent.socket(), submissions);
+    assert!(
+        held(&replies[0]) && held(&replies[1]) && held(&replies[3]),
+        "{replies:?}"
+    );
+    assert!(
+        !replies[2].accepted && replies[2].error.contains("unavailable"),
+        "{:?}",
+        replies[2]
+    );
+    assert!(agent.running(), "the agent exited:\n{}", agent.log());
+    vec![1_001, 1_002, 1_004]
+}
+
+/// After the store is back and the agent stopped: the first safety event and every held one
+/// are stored exactly once.
+fn check_written_once(queue: &Path, held_ids: &[i64]) {
+    let all = read_queue(queue);
+    let ids = stored_ids(&all, Tier::Safety);
+    assert_eq!(
+        ids.get(&1),
+        Some(&1),
+        "the safety event from before the fault"
+    );
+    for id in held_ids {
+        assert_eq!(ids.get(id), Some(&1), "held safety event {id} written once");
+    }
+    assert_eq!(
+        fault_health_reports(&all),
+        1,
+        "one health report names the fault"
+    );
+}
+
+#[test]
+fn a_full_disk_keeps_the_agent_up_holding_safety_events_until_space_returns() {
+    if !privileged("disk-full fault injection", false) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let image = work.path().join("small.img");
+    let file = std::fs::File::create(&image).unwrap();
+    file.set_len(32 * 1024 * 1024).unwrap();
+    drop(file);
+    let mount =
+        Mounted::format_and_mount(image.to_str().unwrap(), &work.path().join("mnt")).unwrap();
+    let queue = mount.dir.join("queue");
+    let mut agent = start_agent(work.path(), &queue);
+    wait_for_store(&mut agent, true, Duration::from_secs(10));
+    let first = submit_all(&agent.socket(), vec![safety(1)]);
+    assert!(first[0].accepted, "{:?}", first[0]);
+
+    // Another file takes the rest of the space; the queue's appends then fail.
+    let filler = mount.dir.join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "status=none"])
+        .arg(format!("of={}", filler.display()))
+        .status();
+    fill_until_unavailable(&mut agent, 10_000);
+    let held_ids = check_degraded(&mut agent);
+
+    std::fs::remove_file(&filler).unwrap();
+    wait_for_store(&mut agent, true, Duration::from_secs(120));
+    assert!(
+        agent
+            .terminate(Duration::from_secs(30))
+            .status()
+            .unwrap()
+            .success()
+    );
+    check_written_once(&queue, &held_ids);
+    let all = read_queue(&queue);
+    let losses = losses(&all);
+    assert!(
+        losses
+            .get(&(Tier::Slo as i32, LossCause::DiskFull as i32))
+            .is_some_and(|n| *n >= 1),
+        "the refused SLO submission is counted: {losses:?}"
+    );
+    drop(mount);
+}
+
+#[test]
+fn an_io_error_under_the_store_keeps_the_agent_up_holding_safety_events_until_the_device_works() {
+    if !privileged("EIO fault injection (device-mapper error target)", true) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let image = work.path().join("disk.img");
+    let file = std::fs::File::create(&image).unwrap();
+    file.set_len(64 * 1024 * 1024).unwrap();
+    drop(file);
+    let backing = LoopDevice::attach(&image).unwrap();
+    let dm = DmDevice::linear(&format!("edgewatch-eio-{}", std::process::id()), &backing).unwrap();
+    let mount = Mounted::format_and_mount(&dm.path(), &work.path().join("mnt")).unwrap();
+    let queue = mount.dir.join("queue");
+    let mut agent = start_agent(work.path(), &queue);
+    wait_for_store(&mut agent, true, Duration::from_secs(10));
+    let first = submit_all(&agent.socket(), vec![safety(1)]);
+    assert!(first[0].accepted, "{:?}", first[0]);
+
+    dm.fail_every_io().unwrap();
+    // The next commit meets EIO (its write or its fsync).
+    let probe = submit_all(&agent.socket(), vec![safety(2)]);
+    assert!(held(&probe[0]), "{:?}", probe[0]);
+    wait_for_store(&mut agent, false, Duration::from_secs(10));
+    let mut held_ids = check_degraded(&mut agent);
+    held_ids.push(2);
+    let attempts = store_status(&agent)["attempts"].as_u64().unwrap_or(0);
+
+    // The device works again. After an fsync error the agent must not trust what it had open:
+    // it reopens the store from the device (a new handle, redb's recovery).
+    dm.work_again().unwrap();
+    wait_for_store(&mut agent, true, Duration::from_secs(120));
+    assert!(
+        agent.log().contains("The queue store is back"),
+        "{}",
+        agent.log()
+    );
+    let _ = attempts;
+    assert!(
+        agent
+            .terminate(Duration::from_secs(30))
+            .status()
+            .unwrap()
+            .success()
+    );
+    check_written_once(&queue, &held_ids);
+    drop(mount);
+    drop(dm);
+    drop(backing);
+}

@@ -1,0 +1,226 @@
+//! What a quarantine reports: the records of the old store that did not reach the new one, per
+//! tier, under the **old** epoch (the numbers they were sent or would have been sent under), with
+//! the best bound known of their sequence range and bytes: the old store's own state when it can
+//! be read, else the last status snapshot the queue wrote beside it; the salvage's copies are
+//! not losses. The running totals carry over.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use edgewatch_proto::v1::{LossCause, QueueLoss, Tier};
+use edgewatch_queue::{PerTier, Queue, QueueStatus};
+use redb::{ReadableDatabase, TableDefinition};
+use util::*;
+
+/// Records appended per tier, then the oldest `acked` of each tier acknowledged.
+const APPENDED: PerTier<u64> = PerTier {
+    safety: 7,
+    slo: 11,
+    debug: 13,
+};
+const ACKED: PerTier<u64> = PerTier {
+    safety: 2,
+    slo: 0,
+    debug: 4,
+};
+
+/// A queue holding `APPENDED - ACKED` records per tier, closed cleanly after the agent's status
+/// loop rewrote its snapshot. Returns the queue's epoch, the status it last reported, and
+/// seq → name per tier of the records it holds.
+fn filled(dir: &Path) -> (u64, QueueStatus, BTreeMap<(Tier, u64), String>) {
+    let (mut queue, _) = Queue::open(roomy_config(dir), t0()).unwrap();
+    let mut names = BTreeMap::new();
+    for (ix, tier) in [Tier::Safety, Tier::Slo, Tier::Debug]
+        .into_iter()
+        .enumerate()
+    {
+        for i in 0..*APPENDED.at(ix) {
+            let name = format!("{}{i}", edgewatch_proto::tier::NAMES[ix]);
+            let seq = queue
+                .append(tier, &named_event(&name, 100), at_ms(1))
+                .unwrap();
+            names.insert((tier, seq), name);
+        }
+    }
+    queue.flush(at_ms(2)).unwrap();
+    let epoch = queue.epoch();
+    for (ix, tier) in [Tier::Safety, Tier::Slo, Tier::Debug]
+        .into_iter()
+        .enumerate()
+    {
+        let acked = *ACKED.at(ix);
+        if acked > 0 {
+            assert!(queue.ack(tier, epoch, 1..=acked, at_ms(3)));
+            for seq in 1..=acked {
+                names.remove(&(tier, seq));
+            }
+        }
+    }
+    queue.flush(at_ms(4)).unwrap();
+    // The agent rewrites the snapshot every second.
+    queue.refresh_status_snapshot(at_ms(5));
+    let status = queue.status(at_ms(5));
+    drop(queue);
+    (epoch, status, names)
+}
+
+fn quarantine_reports(queue: &mut Queue) -> Vec<(Tier, QueueLoss)> {
+    read_everything(queue)
+        .into_iter()
+        .filter_map(|((tier, _), event)| queue_loss(&event).cloned().map(|loss| (tier, loss)))
+        .filter(|(_, loss)| loss.cause == LossCause::Quarantined as i32)
+        .collect()
+}
+
+#[test]
+fn a_store_that_will_not_open_reports_each_tiers_records_under_the_old_epoch_from_the_last_snapshot()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_epoch, before, _) = filled(dir.path());
+    std::fs::write(dir.path().join("queue.redb"), vec![0x5a; 65_536]).unwrap();
+
+    let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
+    assert!(report.quarantined.is_some());
+    assert_ne!(queue.epoch(), old_epoch);
+    let reports = quarantine_reports(&mut queue);
+    let expected = |tier: Tier, ix: usize| {
+        let lost = APPENDED.at(ix) - ACKED.at(ix);
+        let report_tier = if tier == Tier::Safety {
+            Tier::Safety
+        } else {
+            Tier::Slo
+        };
+        (
+            report_tier,
+            QueueLoss {
+                tier: tier as i32,
+                cause: LossCause::Quarantined as i32,
+                count: lost,
+                first_seq: ACKED.at(ix) + 1,
+                last_seq: *APPENDED.at(ix),
+                epoch: old_epoch,
+                bytes: before.tiers.at(ix).bytes,
+                total: lost,
+            },
+        )
+    };
+    let mut expected = vec![
+        expected(Tier::Safety, 0),
+        expected(Tier::Slo, 1),
+        expected(Tier::Debug, 2),
+    ];
+    // Reports are read in tier order: the safety one, then the SLO tier's (SLO, debug).
+    expected.sort_by_key(|(report_tier, loss)| (*report_tier as i32, loss.tier));
+    assert_eq!(reports, expected);
+    let status = queue.status(at_ms(11));
+    assert_eq!(status.tiers.safety.quarantined, 5);
+    assert_eq!(status.tiers.slo.quarantined, 11);
+    assert_eq!(status.tiers.debug.quarantined, 9);
+}
+
+#[test]
+fn records_the_salvage_cannot_copy_are_counted_under_the_old_epoch_and_the_rest_keep_their_numbers()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (old_epoch, before, names) = filled(dir.path());
+    // Damage the old store behind the queue's back: three SLO records vanish from their table,
+    // and the state no longer reads as the queue's (so the snapshot bounds the loss).
+    {
+        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let slo: TableDefinition<u64, &[u8]> = TableDefinition::new("tier.slo");
+            let mut table = txn.open_table(slo).unwrap();
+            for seq in [4, 5, 6] {
+                assert!(table.remove(seq).unwrap().is_some());
+            }
+            let meta: TableDefinition<&str, u64> = TableDefinition::new("meta");
+            txn.open_table(meta).unwrap().insert("format", 99).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db.begin_read().unwrap());
+    }
+
+    let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
+    assert!(report.quarantined.is_some());
+    let all = read_everything(&mut queue);
+    // Every record the salvage copied keeps its number and content.
+    let mut salvaged = BTreeMap::new();
+    for ((tier, seq), event) in &all {
+        if let Some(name) = name_of(event) {
+            salvaged.insert((*tier, *seq), name.to_owned());
+        }
+    }
+    let mut expected_salvaged = names.clone();
+    for seq in [4, 5, 6] {
+        expected_salvaged.remove(&(Tier::Slo, seq));
+    }
+    assert_eq!(salvaged, expected_salvaged);
+    // The three records it could not copy, and nothing else, are reported lost.
+    let record_bytes = |seq: u64| {
+        let name = &names[&(Tier::Slo, seq)];
+        let mut value = Vec::new();
+        edgewatch_queue::record::encode(
+            &mut value,
+            seq,
+            0,
+            &prost::Message::encode_to_vec(&named_event(name, 100)),
+        )
+        .unwrap();
+        edgewatch_queue::record::KEY_LEN + value.len() as u64
+    };
+    let reports = quarantine_reports(&mut queue);
+    assert_eq!(
+        reports,
+        vec![(
+            Tier::Slo,
+            QueueLoss {
+                tier: Tier::Slo as i32,
+                cause: LossCause::Quarantined as i32,
+                count: 3,
+                first_seq: 4,
+                last_seq: 6,
+                epoch: old_epoch,
+                bytes: record_bytes(4) + record_bytes(5) + record_bytes(6),
+                total: 3,
+            }
+        )]
+    );
+    let status = queue.status(at_ms(11));
+    assert_eq!(status.tiers.slo.quarantined, 3);
+    assert_eq!(status.tiers.safety.quarantined, 0);
+    assert_eq!(status.tiers.debug.quarantined, 0);
+    assert_eq!(
+        status.tiers.slo.records,
+        before.tiers.slo.records - 3 + 1,
+        "the salvaged SLO records and the loss report"
+    );
+}
+
+#[test]
+fn loss_totals_of_a_store_whose_state_is_lost_carry_over_from_the_last_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut config = roomy_config(dir.path());
+        config.max_age.debug = Some(std::time::Duration::from_secs(1));
+        let (mut queue, _) = Queue::open(config, t0()).unwrap();
+        for i in 0..5 {
+            queue
+                .append(Tier::Debug, &named_event(&format!("d{i}"), 10), at_ms(1))
+                .unwrap();
+        }
+        queue.flush(at_ms(2)).unwrap();
+        // Two seconds later the five debug records have expired.
+        queue.flush(at_ms(2_100)).unwrap();
+        queue.refresh_status_snapshot(at_ms(2_200));
+        assert_eq!(queue.status(at_ms(2_200)).tiers.debug.expired, 5);
+    }
+    std::fs::write(dir.path().join("queue.redb"), vec![0x5a; 65_536]).unwrap();
+    let (queue, report) = Queue::open(roomy_config(dir.path()), at_ms(3_000)).unwrap();
+    assert!(report.quarantined.is_some());
+    assert_eq!(queue.status(at_ms(3_001)).tiers.debug.expired, 5);
+    assert_eq!(report.losses.debug[LossCause::Expired as usize], 5);
+}
