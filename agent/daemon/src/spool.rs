@@ -612,6 +612,60 @@ mod tests {
     }
 
     #[test]
+    fn a_safety_append_without_a_store_is_held_at_once_then_written_under_another_number() {
+        let dir = tempfile::tempdir().unwrap();
+        // The queue's directory cannot be created while a file stands in its way.
+        let blocker = dir.path().join("blocked");
+        std::fs::write(&blocker, b"").unwrap();
+        let (queue, report) =
+            Queue::open_or_hold(RawQueueConfig::new(blocker.join("queue")), clock::wall()).unwrap();
+        assert!(report.unavailable.is_some());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&runtime, async move {
+            let (spool, flusher) = Spool::new(queue);
+            let (_shutdown_tx, shutdown) = watch::channel(false);
+            let (stop_tx, stop) = watch::channel(false);
+            let flusher = tokio::task::spawn_local(flusher.run(shutdown, stop));
+            let safety = spool.append(Tier::Safety, &event()).unwrap();
+            assert_eq!(safety.epoch, 0);
+            assert!(spool.append(Tier::Slo, &event()).is_err(), "SLO is refused");
+            let fate = tokio::time::timeout(Duration::from_millis(100), spool.settled(safety))
+                .await
+                .expect("a held append is settled at once");
+            assert_eq!(fate, Fate::Held);
+            let why = spool.not_durable(fate).unwrap().to_string();
+            assert!(
+                why.contains("unavailable") && why.contains("held in memory"),
+                "{why}"
+            );
+            // The way is cleared: the next attempt (1 s after the failure) opens the store and
+            // writes the held append under a number of the store's epoch.
+            std::fs::remove_file(&blocker).unwrap();
+            let written = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let fate = spool.fate(safety);
+                    if fate != Fate::Held {
+                        return fate;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .unwrap();
+            let epoch = spool.queue().epoch();
+            assert_ne!(epoch, 0);
+            assert_eq!(written, Fate::HeldThenWritten { new: epoch });
+            assert_eq!(spool.queue().durable_seq(Tier::Safety), 1);
+            stop_tx.send(true).unwrap();
+            flusher.await.unwrap();
+        });
+    }
+
+    #[test]
     fn the_final_flush_publishes_what_it_made_durable() {
         let dir = tempfile::tempdir().unwrap();
         let (queue, _) = Queue::open(RawQueueConfig::new(dir.path()), clock::wall()).unwrap();
@@ -689,7 +743,7 @@ mod tests {
     }
 
     #[test]
-    fn a_ticket_of_another_epoch_is_replaced_never_durable() {
+    fn a_ticket_of_another_epoch_is_void_never_durable() {
         let mut durable = Durable {
             epoch: 7,
             ..Durable::default()
