@@ -16,7 +16,8 @@
 //!                                     │ relaxed atomic adds
 //!                                     ▼
 //! counts file (4 KiB, MAP_SHARED): u64 magic | handles | writes_failed | syncs_failed |
-//!     creates_failed | writes | syncs | reused | last_synced_handle | untracked
+//!     creates_failed | writes | syncs | reused | last_synced_handle | untracked |
+//!     handles_failed | last_failed_handle
 //! ```
 //!
 //! Invariants:
@@ -30,7 +31,9 @@
 //!   every process sharing the counts file. A handle that met an injected error is marked
 //!   failed until its descriptor is closed; `reused` counts every write or sync that reached
 //!   the disk through a marked handle, so "never the old handle after an I/O error" is the
-//!   check `reused == 0`.
+//!   check `reused == 0`. `handles_failed` counts handles as they are first marked (a process
+//!   that gives up on a handle at its first error and tries again on a new one makes one per
+//!   attempt); a copy made by `dup` is marked on its own.
 //! - A process that did not load the library is detected (`loaded` stays false), so a missing
 //!   preload can never pass as "no fault met".
 //! - The control file lives outside the directory; which operations fail is fixed when the
@@ -55,7 +58,7 @@ pub const ENV_COUNTS: &str = "EDGEWATCH_EIO_COUNTS";
 pub const ENV_OPS: &str = "EDGEWATCH_EIO_OPS";
 
 const COUNTS_BYTES: u64 = 4096;
-const WORDS: usize = 10;
+const WORDS: usize = 12;
 
 const SOURCE: &str = r##"
 #define _GNU_SOURCE
@@ -77,7 +80,7 @@ enum { OP_WRITE = 1, OP_SYNC = 2, OP_CREATE = 4 };
 
 struct counts {
     uint64_t magic, handles, writes_failed, syncs_failed, creates_failed, writes, syncs, reused,
-        last_synced_handle, untracked;
+        last_synced_handle, untracked, handles_failed, last_failed_handle;
 };
 
 /* Per descriptor: (handle number << 1) | 1 once an injected error met it; 0 when the
@@ -128,7 +131,12 @@ static void clear(int fd) {
 }
 
 static void mark_failed(int fd) {
-    if (fd >= 0 && fd < SLOTS) __atomic_fetch_or(&slots[fd], 1, __ATOMIC_ACQ_REL);
+    if (fd < 0 || fd >= SLOTS) return;
+    uint64_t before = __atomic_fetch_or(&slots[fd], 1, __ATOMIC_ACQ_REL);
+    if (before && !(before & 1)) {
+        add(&c()->handles_failed);
+        __atomic_store_n(&c()->last_failed_handle, before >> 1, __ATOMIC_RELAXED);
+    }
 }
 
 static void track(int fd) {
@@ -472,6 +480,10 @@ pub struct EioCounts {
     pub last_synced_handle: u64,
     /// Handles on descriptors beyond the library's table (not followed; must stay 0).
     pub untracked: u64,
+    /// Handles that met an injected error (each counted once, when it first met one).
+    pub handles_failed: u64,
+    /// The handle that most recently met an injected error for the first time (0: none yet).
+    pub last_failed_handle: u64,
 }
 
 /// The built library, its counts file and its control file, for one guarded directory.
@@ -580,6 +592,8 @@ impl EioInjector {
             reused: word(7),
             last_synced_handle: word(8),
             untracked: word(9),
+            handles_failed: word(10),
+            last_failed_handle: word(11),
         })
     }
 }
@@ -684,6 +698,7 @@ int main(int argc, char **argv) {
             (counts.writes_failed, counts.writes, counts.syncs),
             (1, 1, 1)
         );
+        assert_eq!((counts.handles_failed, counts.last_failed_handle), (1, 2));
 
         s.injector.stop().unwrap();
         let after = dd(&s.injector, &inside);
@@ -723,6 +738,7 @@ int main(int argc, char **argv) {
         let counts = s.injector.counts().unwrap();
         assert_eq!((counts.writes, counts.writes_failed), (1, 0));
         assert_eq!((counts.syncs, counts.syncs_failed), (0, 1));
+        assert_eq!((counts.handles_failed, counts.last_failed_handle), (1, 1));
         assert_eq!(counts.reused, 0, "dd closed the handle whose fsync failed");
     }
 
@@ -759,6 +775,11 @@ int main(int argc, char **argv) {
             "the second write and fsync went through the failed handle"
         );
         assert_eq!(counts.last_synced_handle, 1);
+        assert_eq!(
+            (counts.handles_failed, counts.last_failed_handle),
+            (1, 1),
+            "the handle is counted failed once, however often it is used again"
+        );
     }
 
     /// Builds a small C program (an executable, not a library) into the scratch directory.
