@@ -1,5 +1,5 @@
 //! Counting the heap allocations of a real process from outside: a small `LD_PRELOAD` library,
-//! built here with the system C compiler, interposes the malloc family and adds to counters in a
+//! built with the system C compiler (`edgewatch_test_kit::preload`), interposes the malloc family and adds to counters in a
 //! shared file that this side reads at any moment.
 //!
 //! ```text
@@ -17,7 +17,8 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use edgewatch_test_kit::preload::{self, PreloadError};
 
 /// Written by the library's constructor once it mapped the file.
 pub const MAGIC: u64 = 0x6577_616c_6c6f_6331; // "ewalloc1"
@@ -91,16 +92,9 @@ void *memalign(size_t align, size_t n) { counted(n); return __libc_memalign(alig
 /// Building or reading the counter failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CountError {
-    /// The C compiler could not be run or failed.
-    #[error(
-        "building the malloc-counting library with `{cc}` failed: {detail} (install a C compiler: apt-get install -y build-essential, or set CC)"
-    )]
-    Build {
-        /// The compiler.
-        cc: String,
-        /// What went wrong.
-        detail: String,
-    },
+    /// The malloc-counting library could not be built.
+    #[error(transparent)]
+    Build(#[from] PreloadError),
     /// The counts file could not be created or read.
     #[error("counts file {path}: {source}")]
     File {
@@ -147,28 +141,7 @@ pub struct MallocCounter {
 impl MallocCounter {
     /// Builds the library into `dir` and creates a zeroed counts file there.
     pub fn build(dir: &Path) -> Result<Self, CountError> {
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-        let source = dir.join("malloc_count.c");
-        let library = dir.join("libmalloc_count.so");
-        std::fs::write(&source, SOURCE).map_err(|source_error| CountError::File {
-            path: source.clone(),
-            source: source_error,
-        })?;
-        let output = Command::new(&cc)
-            .args(["-O2", "-shared", "-fPIC", "-o"])
-            .arg(&library)
-            .arg(&source)
-            .output()
-            .map_err(|e| CountError::Build {
-                cc: cc.clone(),
-                detail: e.to_string(),
-            })?;
-        if !output.status.success() {
-            return Err(CountError::Build {
-                cc,
-                detail: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
+        let library = preload::build(dir, "malloc_count", SOURCE, &[])?;
         let counts = dir.join("malloc_counts");
         let io = |source| CountError::File {
             path: counts.clone(),

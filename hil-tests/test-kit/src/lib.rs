@@ -1,11 +1,15 @@
-//! Test scaffolding light enough for every crate's tests: nothing here starts a process, a broker
-//! or a certificate authority (that is `edgewatch-harness`), and nothing needs a runtime.
+//! Test scaffolding light enough for every crate's tests: nothing here starts a broker or a
+//! certificate authority (that is `edgewatch-harness`), nothing needs a runtime, and the only
+//! processes it runs are the C compiler that builds its preload libraries.
 //!
 //! Layout:
 //! - [`alloc`]: a counting global allocator, for the no-allocation tests and benches.
 //! - [`sysfs`]: a fake Jetson sysfs tree (thermal zones, cpufreq, GPU devfreq, hwmon, nvpmodel).
 //! - [`config_docs`]: the keys a configuration parser accepts, read from its refusal of an unknown
 //!   key, and the sections and examples of the documentation that must list them.
+//! - [`preload`]: an `LD_PRELOAD` library built from C source with the system compiler.
+//! - [`faults`]: disk faults (EIO on writes, syncs, creations under a directory) injected into a
+//!   real process through such a library, with counts of what it did to its files.
 //!
 //! Invariants:
 //! - Depends on no workspace crate, so any crate may use it as a dev-dependency (and the HIL rig
@@ -14,4 +18,6 @@
 
 pub mod alloc;
 pub mod config_docs;
+pub mod faults;
+pub mod preload;
 pub mod sysfs;

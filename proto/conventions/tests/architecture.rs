@@ -696,6 +696,11 @@ mod owners {
                 ],
                 finds: |source| literal(source, "b\"GET /metrics"),
             },
+            Rule {
+                name: "LD_PRELOAD library build",
+                owners: &["hil-tests/test-kit/src/preload.rs"],
+                finds: |source| literal(source, "\"-shared\""),
+            },
         ]
     }
 }
@@ -979,6 +984,7 @@ fn tree(dir: &Path) { std::os::unix::fs::symlink(dir.join("a"), dir.join("b")).u
 pub struct GatewayProcess { child: Child }
 const TOPICS: &str = "edgewatch/v1/#";
 fn scrape(stream: &mut TcpStream) { stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap() }
+fn preload(cc: &mut Command) { cc.args(["-O2", "-shared", "-fPIC"]); }
 // pub struct ConfigError in a comment is not a definition
 const NOT: &str = "pub struct ConfigError";
 "##;
@@ -1003,6 +1009,7 @@ const NOT: &str = "pub struct ConfigError";
             "agent or gateway process handle",
             "MQTT collector",
             "/metrics client",
+            "LD_PRELOAD library build",
         ],
         "{violations:#?}"
     );
