@@ -14,8 +14,10 @@
 //!   status::write_loop     status file every second
 //!   health::report_loop    agent health to the SLO tier every minute
 //!   this task              SIGTERM/SIGINT, systemd READY and WATCHDOG
-//! SIGTERM ─► stop accepting ─► samplers hand in what they hold ─► drain waits briefly for PUBACKs
-//!         ─► final flush ─► exit 0
+//! SIGTERM ─► the socket stops accepting and reading; samplers hand in what they hold; the
+//!            flusher commits every append at once; drain waits briefly for PUBACKs
+//!         ─► every accepted submission answered once durable ─► flusher stops: final flush
+//!         ─► exit 0
 //! ```
 //!
 //! Invariants:
@@ -28,6 +30,8 @@
 //!   never locked.
 //! - Whatever the tasks left pending is flushed after they stopped, before the process exits:
 //!   the samplers' last counters and the states they keep for the next run among it.
+//! - The flusher stops last: every task that waits for durability (the socket's replies above
+//!   all) has finished before it, so no accepted submission goes unanswered on SIGTERM.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -95,6 +99,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
 async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError> {
     let (spool, flusher) = Spool::new(queue);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (stop_flusher, flusher_stop) = watch::channel(false);
     let drain_stats = Rc::new(RefCell::new(DrainStats::default()));
     let ingest_stats = Rc::new(RefCell::new(IngestStats::default()));
 
@@ -108,7 +113,7 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     let ingest = IngestServer::bind(&config.ingest, spool.clone(), Rc::clone(&ingest_stats))
         .map_err(RunError::Ingest)?;
 
-    let flusher_task = tokio::task::spawn_local(flusher.run(shutdown_rx.clone()));
+    let flusher_task = tokio::task::spawn_local(flusher.run(shutdown_rx.clone(), flusher_stop));
     let drain_task = tokio::task::spawn_local(drain.run(shutdown_rx.clone()));
     let ingest_task = tokio::task::spawn_local(ingest.serve(shutdown_rx.clone()));
     let sources = Rc::new(RefCell::new(Vec::new()));
@@ -156,11 +161,10 @@ async fn serve(config: Config, queue: Queue, epoch: u64) -> Result<(), RunError>
     }
     let _ = status_task.await;
     let _ = compaction_task.await;
+    // Whatever the tasks left pending becomes durable before exit: the flusher's final flush.
+    let _ = stop_flusher.send(true);
     let _ = flusher_task.await;
-    // Whatever the tasks left pending becomes durable before exit.
-    if let Err(error) = spool.queue_mut().flush(clock::wall()) {
-        tracing::error!(%error, "The final flush failed.");
-    }
+    drop(spool);
     tracing::info!("Stopped.");
     Ok(())
 }

@@ -23,61 +23,11 @@ use edgewatch_harness::mosquitto::{Mosquitto, MosquittoOptions};
 use edgewatch_harness::process::Launch;
 use edgewatch_harness::proxy::{Fault, FaultProxy};
 use edgewatch_proto::v1::Tier;
-use util::{BIN, Collector, check_config, submit_all, test_event, wait_until};
-
-const PACKAGED: &str = include_str!("../config/agent.toml");
+use util::{BIN, Collector, check_config, packaged_config, submit_all, test_event, wait_until};
 
 const SAFETY_IDS: i64 = 1_000_000;
 const SLO_IDS: i64 = 2_000_000;
 const DEBUG_IDS: i64 = 3_000_000;
-
-/// The packaged configuration with this run's paths, ids and broker, and `bandwidth` bytes/s
-/// (0: the packaged "no cap").
-fn packaged_config(dir: &Path, broker: SocketAddr, machine: &str, bandwidth: u64) -> String {
-    let replacements = [
-        ("id = \"unprovisioned\"", format!("id = \"{machine}\"")),
-        ("site = \"unassigned\"", "site = \"pit-3\"".to_owned()),
-        (
-            "dir = \"/var/lib/edgewatch-agent\"",
-            format!("dir = \"{}\"", dir.join("queue").display()),
-        ),
-        (
-            "host = \"broker.invalid\"",
-            format!("host = \"{}\"", broker.ip()),
-        ),
-        ("port = 8883", format!("port = {}", broker.port())),
-        (
-            "#bandwidth_bytes_per_s = 0",
-            format!("bandwidth_bytes_per_s = {bandwidth}"),
-        ),
-        (
-            "socket = \"/run/edgewatch/agent.sock\"",
-            format!("socket = \"{}\"", dir.join("agent.sock").display()),
-        ),
-        (
-            "file = \"/run/edgewatch/agent-status.json\"",
-            format!("file = \"{}\"", dir.join("agent-status.json").display()),
-        ),
-        (
-            "#tegrastats = \"/usr/bin/tegrastats\"",
-            format!(
-                "tegrastats = \"{}\"\nsysfs_root = \"{}\"",
-                dir.join("no-tegrastats").display(),
-                dir.join("no-sysfs").display()
-            ),
-        ),
-    ];
-    let mut text = PACKAGED.to_owned();
-    for (from, to) in replacements {
-        assert_eq!(
-            text.matches(from).count(),
-            1,
-            "the packaged configuration no longer holds `{from}` once"
-        );
-        text = text.replace(from, &to);
-    }
-    text
-}
 
 /// A real agent on the packaged configuration, in its own directory.
 struct Agent {

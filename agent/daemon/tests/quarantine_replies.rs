@@ -124,7 +124,8 @@ fn a_safety_client_waiting_when_the_store_is_quarantined_gets_an_error_naming_it
             .next_batch(BatchLimits::default())
             .map(|b| b.is_some());
         assert!(read.is_err(), "the damaged store was still read: {read:?}");
-        let flusher_task = tokio::task::spawn_local(flusher.run(shutdown_rx.clone()));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let flusher_task = tokio::task::spawn_local(flusher.run(shutdown_rx.clone(), stop_rx));
         let reply = loop {
             if client.is_finished() {
                 break client.join().unwrap();
@@ -137,6 +138,7 @@ fn a_safety_client_waiting_when_the_store_is_quarantined_gets_an_error_naming_it
             "the store was quarantined"
         );
         let _ = shutdown_tx.send(true);
+        let _ = stop_tx.send(true);
         let _ = flusher_task.await;
         reply
     });

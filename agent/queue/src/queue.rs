@@ -83,6 +83,11 @@ pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
 pub const COMPACT_LIVE_FRACTION: u64 = 4;
 /// Least time between two compactions (a bound on their cost whatever the workload).
 pub const COMPACT_MIN_INTERVAL: Duration = Duration::from_secs(30);
+/// SLO and debug bytes waiting that a safety commit still carries: above this, the safety appends
+/// are committed alone and the rest keeps its own interval. Writing 190 KB more made a commit about
+/// 6 ms slower on the reference VM (docs/benchmarks.md); 32 KiB costs about 1 ms, half the 2 ms
+/// that load may add to a safety acknowledgement's p99.
+pub const SAFETY_CARRY_BYTES: u64 = 32 * 1024;
 
 /// Limits of one batch handed to the uplink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,6 +374,12 @@ struct Pending {
     /// Append time of the oldest waiting safety record, and of the oldest other work.
     safety_since: Option<SystemTime>,
     bulk_since: Option<SystemTime>,
+    /// A key-value entry was staged while a safety append waited: it may describe that append,
+    /// so the append is written only by a full commit, with the entry.
+    kv_after_safety: bool,
+    /// An append (or `make_room`) flushed by itself since `flush` last returned: its outcome is
+    /// owed to the caller, so a flush is due at once.
+    flush_owed: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -580,6 +591,8 @@ impl Queue {
                 entries: Box::default(),
                 safety_since: None,
                 bulk_since: None,
+                kv_after_safety: false,
+                flush_owed: false,
             },
             acks: Vec::new(),
             dead_letters: Vec::new(),
@@ -823,8 +836,9 @@ impl Queue {
             }
         } else if !self.pending_has_room(len) {
             // The buffer is full: flush inline. The caller's next `flush` reports what this one
-            // made durable or dropped.
+            // made durable or dropped, and is due at once.
             let _ = self.flush_inner(now);
+            self.pending.flush_owed = true;
             if !self.pending_has_room(len) {
                 let cause = if ix == 0 {
                     LossCause::BufferOverflow
@@ -1032,8 +1046,13 @@ impl Queue {
     }
 
     /// When the next flush is due: the oldest waiting safety append plus the safety interval, or
-    /// the oldest other waiting work plus the bulk interval. `None` when nothing waits.
+    /// the oldest other waiting work plus the bulk interval; at once (`UNIX_EPOCH`) when an
+    /// append flushed by itself and its outcome is owed; while the store is unavailable, the
+    /// next attempt to reopen it. `None` when nothing waits.
     pub fn next_flush_at(&self) -> Option<SystemTime> {
+        if self.pending.flush_owed {
+            return Some(UNIX_EPOCH);
+        }
         if self.store.is_none() {
             // Unavailable: the next flush is the next attempt to reopen the store.
             return self.fault.as_ref().map(|fault| fault.next_attempt);
@@ -1077,8 +1096,9 @@ impl Queue {
             return true;
         }
         // As an append that finds the buffer full: the caller's next `flush` reports what this
-        // one made durable or dropped.
+        // one made durable or dropped, and is due at once.
         let _ = self.flush_inner(now);
+        self.pending.flush_owed = true;
         fits(self)
     }
 
@@ -1119,6 +1139,7 @@ impl Queue {
         entry.value.extend_from_slice(value);
         entry.present = true;
         entry.staged = true;
+        self.pending.kv_after_safety |= self.pending.safety_since.is_some();
         Ok(())
     }
 
@@ -1132,6 +1153,7 @@ impl Queue {
             entry.value.clear();
             entry.present = false;
             entry.staged = true;
+            self.pending.kv_after_safety |= self.pending.safety_since.is_some();
         }
     }
 
@@ -1158,6 +1180,7 @@ impl Queue {
     /// The outcome (or error) also returns every range dropped since the previous `flush`
     /// returned, including by a flush an `append` ran by itself.
     pub fn flush(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
+        self.pending.flush_owed = false;
         let result = self.flush_inner(now);
         let refused = std::mem::take(&mut self.refused);
         match result {
@@ -1168,6 +1191,139 @@ impl Queue {
             }),
             Err(error) => Err(FlushError { refused, ..error }),
         }
+    }
+
+    /// Flushes what is due at `now`, as the agent's flusher does at [`Queue::next_flush_at`]:
+    /// [`Queue::flush`], unless only safety appends are due and the SLO and debug appends
+    /// waiting beside them exceed [`SAFETY_CARRY_BYTES`]; then a safety commit writes the safety
+    /// appends alone (the outcome's durable numbers of the other tiers do not move) and the rest
+    /// waits for its own interval. A safety append followed by a key-value entry staged while it
+    /// waited goes only with a full flush, so the entry is never durable before the appends made
+    /// ahead of it nor its append without it.
+    pub fn flush_scheduled(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
+        if !self.safety_goes_alone(now) {
+            return self.flush(now);
+        }
+        match self.commit_safety() {
+            Ok(outcome) => Ok(outcome),
+            // The full flush meets the store's failure as any flush does (holding, refusing,
+            // quarantining).
+            Err(_) => self.flush(now),
+        }
+    }
+
+    /// True if only safety appends are due at `now` and the other waiting appends are too many to
+    /// carry with them; false whenever a full flush has anything else to do first.
+    fn safety_goes_alone(&self, now: SystemTime) -> bool {
+        let pending = &self.pending;
+        if pending.safety_since.is_none()
+            || pending.kv_after_safety
+            || pending.flush_owed
+            || self.store.is_none()
+            || self.store_problem.is_some()
+            // A store back from a fault is confirmed by a full commit (held events, reports).
+            || self.fault.is_some()
+            // A compaction's copy is swapped in by a full flush.
+            || matches!(self.compaction, Compaction::Ready { .. })
+            || !self.unreported.is_empty()
+            || self.refused != PerTier::default()
+        {
+            return false;
+        }
+        // A bulk deadline in the past is due; an oldest time ahead of `now` means the wall clock
+        // stepped back, and waiting for it could take as long as the step.
+        let bulk_due = pending.bulk_since.is_some_and(|since| {
+            since > now || since + self.config.get().bulk_flush_interval <= now
+        });
+        if bulk_due {
+            return false;
+        }
+        let (mut safety_bytes, mut bulk_bytes) = (0u64, 0u64);
+        for entry in pending.entries.iter() {
+            let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
+            if entry.ix == 0 {
+                safety_bytes += bytes;
+            } else {
+                bulk_bytes += bytes;
+            }
+        }
+        // Over its cap the safety tier evicts, which the full commit does and reports.
+        bulk_bytes > SAFETY_CARRY_BYTES
+            && self.state.bytes.safety + safety_bytes <= self.config.cap(0)
+    }
+
+    /// Writes the waiting safety appends alone in one durable transaction; the other appends,
+    /// acknowledgements and staged key-value entries keep waiting.
+    fn commit_safety(&mut self) -> Result<FlushOutcome, StoreError> {
+        let Some(StoreSlot(store)) = &self.store else {
+            return Err(StoreError::Io("store is not open".into()));
+        };
+        let mut state = self.state;
+        state.next_seq.safety = self.next_seq.safety;
+        let pending = &self.pending;
+        let mut written = 0u64;
+        let oldest = store.write(|tx| {
+            let mut table = tx.tier(0)?;
+            for entry in pending.entries.iter().filter(|entry| entry.ix == 0) {
+                let replaced = table.insert(entry.seq, &pending.bytes[entry.start..entry.end])?;
+                if let Some(old) = replaced {
+                    // A held record whose earlier commit did land after all.
+                    state.forget(0, old);
+                }
+                state.bytes.safety += record::KEY_LEN + (entry.end - entry.start) as u64;
+                state.records.safety += 1;
+                written += 1;
+            }
+            let oldest = table.peek_oldest()?;
+            drop(table);
+            tx.put_state(&state)?;
+            Ok(oldest)
+        })?;
+        self.state = state;
+        self.oldest.safety = oldest;
+        self.retain_bulk_pending();
+        let durable = self.state.next_seq;
+        Ok(FlushOutcome {
+            epoch: self.state.epoch,
+            durable: PerTier {
+                safety: durable.safety - 1,
+                slo: durable.slo - 1,
+                debug: durable.debug - 1,
+            },
+            written: PerTier {
+                safety: written,
+                ..PerTier::default()
+            },
+            lost: PerTier::default(),
+            committed: true,
+            refused: PerTier::default(),
+        })
+    }
+
+    /// Drops the safety appends from the append buffer (after a safety commit wrote them),
+    /// moving the others to its front in order. Allocates nothing.
+    fn retain_bulk_pending(&mut self) {
+        let pending = &mut self.pending;
+        let mut kept = 0;
+        let mut write_at = 0;
+        for i in 0..pending.entries.len() {
+            let entry = pending.entries[i];
+            if entry.ix == 0 {
+                continue;
+            }
+            let len = entry.end - entry.start;
+            pending.bytes.copy_within(entry.start..entry.end, write_at);
+            pending.entries[kept] = PendingEntry {
+                start: write_at,
+                end: write_at + len,
+                ..entry
+            };
+            write_at += len;
+            kept += 1;
+        }
+        pending.entries.truncate(kept);
+        pending.bytes.truncate(write_at);
+        pending.safety_since = None;
     }
 
     fn flush_inner(&mut self, now: SystemTime) -> Result<FlushOutcome, FlushError> {
@@ -1441,6 +1597,7 @@ impl Queue {
         self.pending.entries.clear();
         self.pending.safety_since = None;
         self.pending.bulk_since = None;
+        self.pending.kv_after_safety = false;
         self.acks.clear();
         self.corrupt.clear();
         for entry in &mut self.kv {

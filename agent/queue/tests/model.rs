@@ -9,6 +9,11 @@
 //! flush made durable survives, and an entry that survived a crash never names an append that did
 //! not.
 //!
+//! Flushes come as the agent's flusher makes them too (`flush_scheduled`): a safety commit may
+//! leave a large SLO or debug backlog waiting; the model then moves only the safety appends to
+//! durable, and checks that no key-value entry staged after a waiting safety append was left
+//! behind by it.
+//!
 //! A second property runs the same actions with a budget small enough to evict and age limits
 //! short enough to expire, and checks conservation instead of equality: every record ever made
 //! durable is still there, was acknowledged or dead-lettered, or is counted as lost.
@@ -81,7 +86,20 @@ enum Action {
     RemoveKey {
         key: usize,
     },
+    /// Appends `count` events of about 1 KB to a bulk tier: enough of them outweigh what a
+    /// safety commit carries.
+    BulkBurst {
+        tier: usize,
+        count: usize,
+    },
+    /// A flush as the agent's flusher makes it, `ms` after the last action.
+    FlushScheduled {
+        ms: u64,
+    },
 }
+
+/// Padding of a [`Action::BulkBurst`] event.
+const BURST_PAD: usize = 900;
 
 /// Keys of the key-value area the actions use.
 const KEYS: usize = 3;
@@ -110,6 +128,8 @@ fn action() -> impl Strategy<Value = Action> {
         4 => (0..3usize, 0..KEYS).prop_map(|(tier, key)| Action::AppendAndStage { tier, key }),
         2 => (0..KEYS, 0..2000usize).prop_map(|(key, len)| Action::Stage { key, len }),
         1 => (0..KEYS).prop_map(|key| Action::RemoveKey { key }),
+        2 => (1..3usize, 10..60usize).prop_map(|(tier, count)| Action::BulkBurst { tier, count }),
+        3 => (0..1500u64).prop_map(|ms| Action::FlushScheduled { ms }),
     ]
 }
 
@@ -133,6 +153,8 @@ struct Model {
     kv_durable: BTreeMap<String, String>,
     /// Staged since the last flush: a value, or `None` for a removal.
     kv_staged: BTreeMap<String, Option<String>>,
+    /// A key-value entry was staged while a safety append waited.
+    kv_after_safety: bool,
 }
 
 impl Model {
@@ -165,12 +187,34 @@ impl Model {
         }
         self.acks.clear();
         self.durable_next = self.next;
+        self.kv_after_safety = false;
+    }
+
+    /// A safety commit: the waiting safety appends become durable, nothing else.
+    fn flush_safety(&mut self) {
+        let (safety, rest): (Vec<_>, Vec<_>) =
+            self.pending.drain(..).partition(|(tier, _, _)| *tier == 0);
+        self.pending = rest;
+        for (tier, seq, name) in safety {
+            self.durable[tier].insert(seq, name);
+        }
+        self.durable_next[0] = self.next[0];
+    }
+
+    fn safety_waits(&self) -> bool {
+        self.pending.iter().any(|(tier, _, _)| *tier == 0)
+    }
+
+    fn stage(&mut self, key: String, value: Option<String>) {
+        self.kv_after_safety |= self.safety_waits();
+        self.kv_staged.insert(key, value);
     }
 
     fn crash(&mut self) {
         self.pending.clear();
         self.acks.clear();
         self.kv_staged.clear();
+        self.kv_after_safety = false;
         self.next = self.durable_next;
         self.cursor = [0; 3];
     }
@@ -384,17 +428,56 @@ fn run_against_model(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErr
                 model.pending.push((tier, seq, name.clone()));
                 let value = naming(tier, seq, &name);
                 queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
-                model.kv_staged.insert(key_name(key), Some(value));
+                model.stage(key_name(key), Some(value));
             }
             Action::Stage { key, len } => {
                 let value = format!("s{step}{}", "x".repeat(len));
                 queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
-                model.kv_staged.insert(key_name(key), Some(value));
+                model.stage(key_name(key), Some(value));
             }
             Action::RemoveKey { key } => {
                 queue.remove_kv(&key_name(key));
                 if model.kv(&key_name(key)).is_some() {
-                    model.kv_staged.insert(key_name(key), None);
+                    model.stage(key_name(key), None);
+                }
+            }
+            Action::BulkBurst { tier, count } => {
+                for i in 0..count {
+                    let name = format!("e{step}.{i}");
+                    pads.insert(name.clone(), BURST_PAD);
+                    let seq = queue
+                        .append(TIERS[tier], &named_event(&name, BURST_PAD), at_ms(now))
+                        .unwrap();
+                    prop_assert_eq!(seq, model.next[tier]);
+                    model.next[tier] += 1;
+                    model.pending.push((tier, seq, name));
+                }
+            }
+            Action::FlushScheduled { ms } => {
+                now += ms;
+                let outcome = queue.flush_scheduled(at_ms(now)).unwrap();
+                let full = (1..3)
+                    .all(|tier| *outcome.durable.get(TIERS[tier]).unwrap() == model.next[tier] - 1);
+                if full {
+                    model.flush();
+                } else {
+                    // A safety commit: only with safety waiting, never leaving behind an entry
+                    // staged after a safety append, and never moving the bulk tiers.
+                    prop_assert!(
+                        model.safety_waits(),
+                        "a partial flush with no safety waiting"
+                    );
+                    prop_assert!(
+                        !model.kv_after_safety,
+                        "a safety commit left an entry staged after its append behind"
+                    );
+                    model.flush_safety();
+                }
+                for tier in 0..3 {
+                    prop_assert_eq!(
+                        *outcome.durable.get(TIERS[tier]).unwrap(),
+                        model.durable_next[tier] - 1
+                    );
                 }
             }
         }
@@ -611,6 +694,27 @@ fn run_conservation(dir: &Path, actions: Vec<Action>) -> Result<(), TestCaseErro
                 queue.stage_kv(&key_name(key), value.as_bytes()).unwrap();
             }
             Action::RemoveKey { key } => queue.remove_kv(&key_name(key)),
+            Action::BulkBurst { tier, count } => {
+                for i in 0..count {
+                    let name = format!("e{step}.{i}");
+                    let seq = queue
+                        .append(TIERS[tier], &named_event(&name, BURST_PAD), at_ms(now))
+                        .unwrap();
+                    pending.push((tier, seq, name));
+                }
+            }
+            Action::FlushScheduled { ms } => {
+                now += ms;
+                let outcome = queue.flush_scheduled(at_ms(now)).unwrap();
+                let (made, waiting): (Vec<_>, Vec<_>) = pending
+                    .drain(..)
+                    .partition(|entry| entry.1 <= *outcome.durable.get(TIERS[entry.0]).unwrap());
+                pending = waiting;
+                for (tier, seq, name) in made {
+                    durable[tier].insert(seq, name);
+                }
+                check(&mut queue, &durable, &acked, now)?;
+            }
         }
     }
     Ok(())

@@ -1,13 +1,31 @@
 //! Local event ingest: a Unix-domain socket where processes on the machine (the autonomy state
 //! machine, operator tools) submit events into a tier.
 //!
+//! ```text
+//! client ─► read half ─ frame ─ decode ─ rate (tier) ─ accept: append ─► outcomes (in order)
+//!                                                                            │ each one once
+//! client ◄─ write half ◄── replies, in order ◄── durable, dropped or refused ┘ its fate is known
+//! ```
+//!
 //! Invariants:
 //! - The socket is created with the configured mode (0660 by default) and group; a stale socket
 //!   file from a previous run is replaced, anything else at that path is left alone (error).
-//! - Each connection is served by its own task with its own buffer and rate limit: a slow,
-//!   malformed or flooding client costs only its own connection, never another's or the agent's.
-//! - A submission is answered only after it is in the queue; a safety submission only after it is
-//!   durable. Every refusal is answered (when the stream allows it) and counted.
+//! - Each connection is served by its own task with its own buffer: a slow, malformed or
+//!   flooding client costs only its own connection, never another's or the agent's. Reading
+//!   goes on while earlier submissions wait for their flush, up to [`MAX_UNANSWERED`].
+//! - The rate limit is the agent's, one per tier over all connections ([`rate`]): many
+//!   connections get no more than one, and safety is never held back by SLO or debug traffic.
+//! - A submission is accepted once it is appended, and answered in order, only once its fate is
+//!   known: an accepted reply, carrying its sequence number, only when the record is durable
+//!   under that number (within `safety_flush` for safety, `bulk_flush` for the others); an error
+//!   reply when a failed flush dropped it, the store was quarantined first (its number is void)
+//!   or the agent stopped first. The one reply that is neither durable nor a loss: while the
+//!   queue's store is unavailable, a safety submission is held in memory and answered at once
+//!   with an error saying so ("held"); SLO and debug submissions are refused with the store's
+//!   fault. Every refusal is answered (when the stream allows it) and counted.
+//! - On shutdown the socket stops accepting and reading; every accepted submission is still
+//!   answered once durable (the flusher commits at once from then on), for at most
+//!   [`SHUTDOWN_REPLY_GRACE`] per connection that does not read its replies.
 //! - Interventions, safe stops and mode changes are counted by the agent, once per submission
 //!   ([`counting`]): the event carries the agent's own total (`source` LOCAL), kept with it in
 //!   the queue's key-value area; a retry with a remembered submission id is answered as the
@@ -15,29 +33,40 @@
 
 pub mod codec;
 pub mod counting;
+pub mod rate;
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::rc::Rc;
+use std::time::Duration;
 
-use codec::Frame;
+use codec::{Frame, Submission};
 use counting::LocalCounts;
 use edgewatch_proto::v1::{
     Attribute, AutonomyModeChange, CustomEvent, Event, Intervention, LocalReply, LocalSubmission,
     SafeStop, Tier, attribute, event,
 };
 use prost::Message;
+use rate::IngestRate;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
 
 use crate::clock;
 use crate::config::{Config, Ingest};
-use crate::pacing::token_bucket::TokenBucket;
-use crate::spool::Spool;
+use crate::spool::{Fate, Spool, Ticket};
+
+/// Submissions of one connection read and not yet answered, at most: past this the connection
+/// stops reading until replies went out (a client that never reads its replies holds this much).
+pub const MAX_UNANSWERED: usize = 32 * 1024;
+
+/// How long a stopping agent keeps trying to answer a connection's accepted submissions.
+pub const SHUTDOWN_REPLY_GRACE: Duration = Duration::from_secs(5);
 
 /// Counters for `status`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -46,7 +75,7 @@ pub struct IngestStats {
     pub connections: u64,
     /// Submissions accepted into the queue.
     pub accepted: u64,
-    /// Submissions refused (malformed, wrong kind, over the rate, queue refused).
+    /// Submissions refused (malformed, wrong kind, queue refused, dropped before durable).
     pub rejected: u64,
     /// Connections closed because their stream could not be read further.
     pub dropped_connections: u64,
@@ -56,9 +85,15 @@ pub struct IngestStats {
 pub struct IngestServer {
     listener: UnixListener,
     settings: Ingest,
+    shared: Rc<Shared>,
+}
+
+/// What every connection of the socket shares.
+struct Shared {
     spool: Spool,
     stats: Rc<RefCell<IngestStats>>,
-    counting: Rc<RefCell<Counting>>,
+    counting: RefCell<Counting>,
+    rate: RefCell<IngestRate>,
 }
 
 /// The agent's counts of socket submissions, shared by the connections, and a buffer to keep
@@ -88,43 +123,60 @@ impl IngestServer {
             set_group(&settings.socket, group)?;
         }
         let counts = LocalCounts::from_kept(spool.queue().kv(counting::KEPT_KEY));
+        let rate = IngestRate::new(settings.rate_per_s, settings.burst, clock::instant());
         Ok(Self {
             listener,
             settings: settings.clone(),
-            spool,
-            stats,
-            counting: Rc::new(RefCell::new(Counting {
-                counts,
-                kept: Vec::new(),
-            })),
+            shared: Rc::new(Shared {
+                spool,
+                stats,
+                counting: RefCell::new(Counting {
+                    counts,
+                    kept: Vec::new(),
+                }),
+                rate: RefCell::new(rate),
+            }),
         })
     }
 
-    /// Accepts connections until `shutdown` turns true.
+    /// Accepts connections until `shutdown` turns true, then waits (at most
+    /// [`SHUTDOWN_REPLY_GRACE`]) until every connection answered what it accepted.
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
+        let mut connections = JoinSet::new();
         loop {
             let stream = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, _)) => stream,
                     Err(error) => {
                         tracing::warn!(%error, "Accepting a local connection failed.");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 },
-                _ = shutdown.changed() => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                _ = shutdown.wait_for(|&s| s) => break,
             };
-            self.stats.borrow_mut().connections += 1;
-            tokio::task::spawn_local(serve_connection(
+            self.shared.stats.borrow_mut().connections += 1;
+            connections.spawn_local(serve_connection(
                 stream,
-                self.settings.clone(),
-                self.spool.clone(),
-                Rc::clone(&self.stats),
-                Rc::clone(&self.counting),
+                self.settings.max_message_bytes,
+                Rc::clone(&self.shared),
                 shutdown.clone(),
             ));
         }
+        // New clients find no socket and retry against the next run.
         let _ = std::fs::remove_file(&self.settings.socket);
+        drop(self.listener);
+        let answered = tokio::time::timeout(SHUTDOWN_REPLY_GRACE, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if answered.is_err() {
+            tracing::warn!(
+                connections = connections.len(),
+                "Local clients did not read their replies in time; closing their connections."
+            );
+        }
     }
 }
 
@@ -155,141 +207,203 @@ fn set_group(path: &Path, group: &str) -> std::io::Result<()> {
     std::os::unix::fs::chown(path, None, Some(gid))
 }
 
+/// The outcome of one submission, until it is answered.
+type Outcome = Result<Ticket, String>;
+
+/// One connection's submissions between its reading and its writing half.
+struct Exchange {
+    /// Outcomes in submission order, not yet answered.
+    outcomes: RefCell<VecDeque<Outcome>>,
+    /// False once the reading half stopped: nothing more will be pushed.
+    reading: std::cell::Cell<bool>,
+    /// False once the writing half failed: the client is gone.
+    writable: std::cell::Cell<bool>,
+    /// Raised by the reading half when it pushed an outcome or stopped.
+    pushed: Notify,
+    /// Raised by the writing half when it answered (there is room again) or failed.
+    answered: Notify,
+}
+
 async fn serve_connection(
     mut stream: UnixStream,
-    settings: Ingest,
-    spool: Spool,
-    stats: Rc<RefCell<IngestStats>>,
-    counting: Rc<RefCell<Counting>>,
+    max_message_bytes: usize,
+    shared: Rc<Shared>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let exchange = Exchange {
+        outcomes: RefCell::new(VecDeque::new()),
+        reading: std::cell::Cell::new(true),
+        writable: std::cell::Cell::new(true),
+        pushed: Notify::new(),
+        answered: Notify::new(),
+    };
+    let (reader, writer) = stream.split();
+    tokio::join!(
+        read_submissions(reader, max_message_bytes, &shared, &exchange, shutdown),
+        write_replies(writer, &shared, &exchange),
+    );
+}
+
+/// The reading half: frames to outcomes, until the stream ends, fails or is unreadable, the
+/// client is gone, or the agent stops.
+async fn read_submissions(
+    mut reader: tokio::net::unix::ReadHalf<'_>,
+    max_message_bytes: usize,
+    shared: &Shared,
+    exchange: &Exchange,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut answered = Answers::default();
-    // The rate limit is backpressure: past its burst a client waits (its writes block), nothing
-    // it sent is refused for speed alone.
-    let mut bucket = TokenBucket::new(
-        u64::from(settings.rate_per_s),
-        u64::from(settings.burst),
-        clock::instant(),
-    );
     let mut chunk = vec![0u8; 16 * 1024];
-    loop {
-        let read = tokio::select! {
-            read = stream.read(&mut chunk) => read,
-            _ = shutdown.changed() => return,
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+    'stream: loop {
         let mut offset = 0;
-        let mut fatal = false;
         loop {
-            let frame = codec::next_frame(&buf[offset..], settings.max_message_bytes);
-            let (body, consumed) = match frame {
+            let (body, consumed) = match codec::next_frame(&buf[offset..], max_message_bytes) {
                 Ok(Frame::Incomplete) => break,
                 Ok(Frame::Complete { body, consumed }) => (body, consumed),
                 Err(error) => {
                     tracing::warn!(%error, "A local client sent an unreadable stream; closing it.");
-                    stats.borrow_mut().dropped_connections += 1;
-                    answered.push(Err(error.to_string()));
-                    fatal = true;
-                    break;
+                    shared.stats.borrow_mut().dropped_connections += 1;
+                    push(exchange, Err(error.to_string()));
+                    break 'stream;
                 }
             };
-            let wait = bucket.wait_for(1, clock::instant());
-            if !wait.is_zero() {
-                if answered.send(&mut stream, &spool, &stats).await.is_err() {
-                    return;
+            let submission = codec::decode_submission(&buf[offset + body.start..offset + body.end]);
+            let tier = submission.as_ref().ok().map(|submission| submission.tier);
+            let wait = shared.rate.borrow_mut().reserve(tier, clock::instant());
+            // Past the rate, or past the replies this connection may hold, it waits: its
+            // writes block, nothing is refused for speed alone. (A timer, even of zero, costs a
+            // tick of the runtime's clock: only a real wait takes one.)
+            let full = || exchange.outcomes.borrow().len() >= MAX_UNANSWERED;
+            if !wait.is_zero() || full() {
+                let go_on = async {
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    while full() && exchange.writable.get() {
+                        exchange.answered.notified().await;
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    _ = shutdown.wait_for(|&s| s) => break 'stream,
+                    () = go_on => {}
                 }
-                tokio::time::sleep(wait).await;
             }
-            bucket.take(1, clock::instant());
-            let body = &buf[offset + body.start..offset + body.end];
-            answered.push(accept(body, &spool, &mut counting.borrow_mut()));
+            if !exchange.writable.get() {
+                break 'stream;
+            }
+            let outcome = match submission {
+                Ok(submission) => accept(submission, shared),
+                Err(error) => Err(error.to_string()),
+            };
+            push(exchange, outcome);
             offset += consumed;
         }
         buf.drain(..offset);
-        if answered.send(&mut stream, &spool, &stats).await.is_err() || fatal {
-            return;
+        let read = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|&s| s) => break,
+            read = reader.read(&mut chunk) => read,
+            () = async {
+                while exchange.writable.get() {
+                    exchange.answered.notified().await;
+                }
+            } => break,
+        };
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+    exchange.reading.set(false);
+    exchange.pushed.notify_one();
 }
 
-/// Outcomes of the submissions read so far, answered together after one group commit: tier,
-/// sequence number and the queue epoch it was given in.
-#[derive(Default)]
-struct Answers {
-    outcomes: Vec<Result<(Tier, u64, u64), String>>,
-    encoded: Vec<u8>,
+fn push(exchange: &Exchange, outcome: Outcome) {
+    exchange.outcomes.borrow_mut().push_back(outcome);
+    exchange.pushed.notify_one();
 }
 
-impl Answers {
-    fn push(&mut self, outcome: Result<(Tier, u64, u64), String>) {
-        self.outcomes.push(outcome);
-    }
-
-    /// Waits until every accepted safety submission is durable, then writes all replies.
-    async fn send(
-        &mut self,
-        stream: &mut UnixStream,
-        spool: &Spool,
-        stats: &Rc<RefCell<IngestStats>>,
-    ) -> std::io::Result<()> {
-        if self.outcomes.is_empty() {
-            return Ok(());
-        }
-        let last_safety = self
-            .outcomes
-            .iter()
-            .filter_map(|outcome| match outcome {
-                Ok((Tier::Safety, seq, epoch)) => Some((*epoch, *seq)),
-                _ => None,
-            })
-            .max();
-        if let Some((epoch, seq)) = last_safety {
-            // Each safety outcome is confirmed below, for its own number and epoch.
-            let _ = spool.wait_durable(Tier::Safety, epoch, seq).await;
-        }
-        self.encoded.clear();
+/// The writing half: answers outcomes in order as their fates become known, until the reading
+/// half stopped and everything it accepted is answered, or the client is gone.
+async fn write_replies(
+    mut writer: tokio::net::unix::WriteHalf<'_>,
+    shared: &Shared,
+    exchange: &Exchange,
+) {
+    let mut encoded = Vec::new();
+    // A ticket whose wait ended with the flusher stopped.
+    let mut stopped: Option<Ticket> = None;
+    loop {
+        let mut waiting_on = None;
         {
-            let mut stats = stats.borrow_mut();
-            for outcome in self.outcomes.drain(..) {
-                // A safety submission is answered accepted only if it is durable under the
-                // number it was given; otherwise with why (store unavailable, quarantined).
-                let outcome = match outcome {
-                    Ok((Tier::Safety, seq, epoch)) => spool
-                        .confirm(Tier::Safety, epoch, seq)
-                        .map(|()| (Tier::Safety, seq, epoch))
-                        .map_err(|not_durable| not_durable.to_string()),
-                    other => other,
-                };
+            let mut outcomes = exchange.outcomes.borrow_mut();
+            let mut stats = shared.stats.borrow_mut();
+            while let Some(outcome) = outcomes.front() {
                 let reply = match outcome {
-                    Ok((_, seq, _)) => {
-                        stats.accepted += 1;
-                        codec::accepted(seq)
-                    }
-                    Err(error) => {
-                        stats.rejected += 1;
-                        codec::refused(&error)
+                    Err(error) => codec::refused(error),
+                    Ok(ticket) => {
+                        // The flusher's stop is known only to the wait that saw it.
+                        let fate = match stopped {
+                            Some(stopped) if stopped == *ticket => Fate::Stopped,
+                            _ => shared.spool.fate(*ticket),
+                        };
+                        match fate {
+                            Fate::Pending => {
+                                waiting_on = Some(*ticket);
+                                break;
+                            }
+                            Fate::Durable => codec::accepted(ticket.seq),
+                            // Held (not durable: the documented exception), dropped, void after
+                            // a quarantine, or never written: an error saying which.
+                            fate => match shared.spool.not_durable(fate) {
+                                Some(why) => codec::refused(&why),
+                                None => codec::refused(&"not durable"),
+                            },
+                        }
                     }
                 };
-                codec::encode_frame(&reply, &mut self.encoded);
+                if reply.accepted {
+                    stats.accepted += 1;
+                } else {
+                    stats.rejected += 1;
+                }
+                codec::encode_frame(&reply, &mut encoded);
+                outcomes.pop_front();
             }
         }
-        stream.write_all(&self.encoded).await
+        if !encoded.is_empty() {
+            exchange.answered.notify_one();
+            if writer.write_all(&encoded).await.is_err() {
+                exchange.writable.set(false);
+                exchange.answered.notify_one();
+                return;
+            }
+            encoded.clear();
+            continue;
+        }
+        match waiting_on {
+            Some(ticket) => {
+                if shared.spool.settled(ticket).await == Fate::Stopped {
+                    stopped = Some(ticket);
+                }
+            }
+            None if !exchange.reading.get() => return,
+            None => exchange.pushed.notified().await,
+        }
     }
 }
 
-/// Decodes, stamps, counts and appends one submission; returns its tier, number and the queue
-/// epoch the number belongs to.
-fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, u64, u64), String> {
-    let codec::Submission {
+/// Stamps, counts and appends one decoded submission.
+fn accept(submission: Submission, shared: &Shared) -> Outcome {
+    let Submission {
         tier,
         mut event,
         id,
-    } = codec::decode_submission(body).map_err(|error| error.to_string())?;
+    } = submission;
+    let spool = &shared.spool;
+    let mut counting = shared.counting.borrow_mut();
     if event.event_time_unix_ns == 0 {
         event.event_time_unix_ns = clock::unix_ns(clock::wall());
     }
@@ -302,33 +416,31 @@ fn accept(body: &[u8], spool: &Spool, counting: &mut Counting) -> Result<(Tier, 
         .and_then(|kind| counting.counts.prepare(kind));
     let epoch = spool.queue().epoch();
     if prepared.is_some()
-        && let Some(original) = id
+        && let Some((tier, seq)) = id
             .as_deref()
             .and_then(|id| counting.counts.accepted(id, epoch))
     {
-        // A retry of a submission already in the queue: the same answer, nothing counted again.
-        return Ok((original.0, original.1, epoch));
+        // A retry of a submission already in the queue: the same answer once the original is
+        // durable, nothing counted again.
+        return Ok(Ticket { tier, epoch, seq });
     }
-    let seq = spool
+    let ticket = spool
         .append(tier, &event)
         .map_err(|error| refusal(spool, &error))?;
-    let epoch = spool.queue().epoch();
     if let Some(prepared) = prepared {
         counting
             .counts
-            .commit(prepared, id.as_deref(), (tier, seq, epoch));
-        counting.kept.clear();
+            .commit(prepared, id.as_deref(), (tier, ticket.seq, ticket.epoch));
+        let Counting { counts, kept } = &mut *counting;
+        kept.clear();
         // Encoding into a Vec cannot run out of room.
-        let _ = counting.counts.encode(&mut counting.kept);
+        let _ = counts.encode(kept);
         // Staged after the append: durable with the event it counts.
-        if let Err(error) = spool
-            .queue_mut()
-            .stage_kv(counting::KEPT_KEY, &counting.kept)
-        {
+        if let Err(error) = spool.queue_mut().stage_kv(counting::KEPT_KEY, kept) {
             tracing::warn!(%error, "The count of local submissions was not kept; after a restart it starts again.");
         }
     }
-    Ok((tier, seq, epoch))
+    Ok(ticket)
 }
 
 /// The reply to a refused append: what the queue said, and while its store is unavailable,

@@ -29,7 +29,8 @@ impl TokenBucket {
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.rate_per_s).min(self.burst);
-        self.updated = now;
+        // Never backwards: a time earlier than the last one refills nothing, twice.
+        self.updated = self.updated.max(now);
     }
 
     /// How long until `bytes` may be sent (zero when they may go now).
@@ -48,6 +49,18 @@ impl TokenBucket {
     pub fn take(&mut self, bytes: u64, now: Instant) {
         self.refill(now);
         self.tokens -= bytes as f64;
+    }
+
+    /// Takes `amount` now, into debt if need be, and returns how long until the debt is repaid.
+    /// Callers that each wait that long before going ahead stay within `burst + rate·T` together,
+    /// and are served in the order they reserved.
+    pub fn reserve(&mut self, amount: u64, now: Instant) -> Duration {
+        self.take(amount, now);
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate_per_s)
+        }
     }
 }
 
@@ -70,6 +83,21 @@ mod tests {
         assert!(sent as f64 <= 20_000.0 + 10_000.0 * elapsed + 1.0);
         // And the cap is actually used: within one message of the limit.
         assert!(sent as f64 >= 10_000.0 * elapsed);
+    }
+
+    #[test]
+    fn reservations_in_turn_are_served_in_order_at_the_rate() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(100, 10, start);
+        let waits: Vec<Duration> = (0..30).map(|_| bucket.reserve(1, start)).collect();
+        assert!(waits[..10].iter().all(Duration::is_zero));
+        for (k, wait) in waits[10..].iter().enumerate() {
+            let expected = Duration::from_secs_f64((k + 1) as f64 / 100.0);
+            assert!(
+                wait.abs_diff(expected) < Duration::from_micros(1),
+                "{k}: {wait:?}"
+            );
+        }
     }
 
     #[test]

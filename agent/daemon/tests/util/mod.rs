@@ -257,3 +257,457 @@ pub fn submit_all(socket: &Path, submissions: Vec<(Tier, Event)>) -> Vec<LocalRe
     feeder.join().unwrap();
     replies
 }
+
+/// The packaged configuration, as installed.
+pub const PACKAGED: &str = include_str!("../../config/agent.toml");
+
+/// The packaged configuration with this run's paths, ids and broker, and `bandwidth` bytes/s
+/// (0: the packaged "no cap"). Intervals, backoff, batch sizes and flush periods stay as shipped.
+pub fn packaged_config(
+    dir: &Path,
+    broker: std::net::SocketAddr,
+    machine: &str,
+    bandwidth: u64,
+) -> String {
+    let replacements = [
+        ("id = \"unprovisioned\"", format!("id = \"{machine}\"")),
+        ("site = \"unassigned\"", "site = \"pit-3\"".to_owned()),
+        (
+            "dir = \"/var/lib/edgewatch-agent\"",
+            format!("dir = \"{}\"", dir.join("queue").display()),
+        ),
+        (
+            "host = \"broker.invalid\"",
+            format!("host = \"{}\"", broker.ip()),
+        ),
+        ("port = 8883", format!("port = {}", broker.port())),
+        (
+            "#bandwidth_bytes_per_s = 0",
+            format!("bandwidth_bytes_per_s = {bandwidth}"),
+        ),
+        (
+            "socket = \"/run/edgewatch/agent.sock\"",
+            format!("socket = \"{}\"", dir.join("agent.sock").display()),
+        ),
+        (
+            "file = \"/run/edgewatch/agent-status.json\"",
+            format!("file = \"{}\"", dir.join("agent-status.json").display()),
+        ),
+        (
+            "#tegrastats = \"/usr/bin/tegrastats\"",
+            format!(
+                "tegrastats = \"{}\"\nsysfs_root = \"{}\"",
+                dir.join("no-tegrastats").display(),
+                dir.join("no-sysfs").display()
+            ),
+        ),
+    ];
+    let mut text = PACKAGED.to_owned();
+    for (from, to) in replacements {
+        text = replace_once(&text, from, &to);
+    }
+    text
+}
+
+/// `text` with the one occurrence of `from` replaced by `to`.
+pub fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "the configuration no longer holds `{from}` once"
+    );
+    text.replace(from, to)
+}
+
+impl Agent {
+    /// An agent on the packaged configuration (see [`packaged_config`]), with `edits` (each
+    /// `(from, to)` replacing text found once) applied on top.
+    pub fn start_packaged(broker: SocketAddr, machine: &str, edits: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("edgewatch-agent-test-")
+            .tempdir()
+            .unwrap();
+        let mut text = packaged_config(dir.path(), broker, machine, 0);
+        for (from, to) in edits {
+            text = replace_once(&text, from, to);
+        }
+        let process =
+            AgentProcess::start(Path::new(BIN), dir.path(), &text, Launch::new("info")).unwrap();
+        let mut agent = Self {
+            config: process.config(),
+            socket: process.socket(),
+            dir,
+            process,
+        };
+        agent.wait_for_socket();
+        agent
+    }
+
+    /// The queue directory.
+    pub fn queue_dir(&self) -> PathBuf {
+        self.dir.path().join("queue")
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn signal_term(&self) {
+        self.process.signal(libc::SIGTERM);
+    }
+
+    /// Waits for the process to exit (after a signal), at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.process.exited() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+/// One record read back from a queue directory: its tier, sequence number and event.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub tier: Tier,
+    pub seq: u64,
+    pub event: Event,
+}
+
+/// Every record of the queue in `dir` (the agent must not be running), in tier order.
+pub fn stored_records(dir: &Path) -> Vec<Stored> {
+    let (mut queue, _) = edgewatch_queue::Queue::open(
+        edgewatch_queue::RawQueueConfig::new(dir),
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    let mut stored = Vec::new();
+    while let Some(batch) = queue
+        .next_batch(edgewatch_queue::BatchLimits::default())
+        .unwrap()
+    {
+        let tier = batch.tier();
+        for (seq, bytes) in batch.records() {
+            stored.push(Stored {
+                tier,
+                seq,
+                event: Event::decode(bytes).unwrap(),
+            });
+        }
+    }
+    stored
+}
+
+/// The `p` quantile (0..=1) of `values`, by the nearest rank.
+pub fn quantile(values: &[Duration], p: f64) -> Duration {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// How a [`Producer`] submits.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace {
+    /// One submission at a time: the next is written when the reply to the last arrived.
+    OneAtATime,
+    /// Pipelined at this many submissions per second (one every 1/rate s, or a few every
+    /// millisecond above 1,000/s), replies read as they come.
+    PerSecond(u32),
+    /// Pipelined as fast as the socket takes them.
+    Flood,
+}
+
+/// One accepted submission: the event's id, the sequence number the reply named, how long the
+/// reply took and when it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Ack {
+    pub id: i64,
+    pub seq: u64,
+    pub latency: Duration,
+    pub at: Instant,
+}
+
+/// What a producer saw.
+#[derive(Debug, Default)]
+pub struct ProducerReport {
+    pub tier: Option<Tier>,
+    /// Accepted replies, in order.
+    pub acked: Vec<Ack>,
+    /// Refused replies: id and error.
+    pub refused: Vec<(i64, String)>,
+    /// Submissions written whose reply never came (connection lost or closed first).
+    pub unanswered: Vec<i64>,
+    /// Connections made.
+    pub connections: u64,
+}
+
+/// A client thread submitting custom events with ids `first_id, first_id + 1, ...` to one tier,
+/// until stopped or `limit` submissions were written; with `reconnect`, it connects again
+/// whenever its connection is lost (an agent killed and restarted).
+pub struct Producer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<ProducerReport>>,
+}
+
+/// What a producer is told to do.
+#[derive(Debug, Clone)]
+pub struct ProducerSpec {
+    pub socket: PathBuf,
+    pub tier: Tier,
+    pub first_id: i64,
+    pub padding: usize,
+    pub pace: Pace,
+    pub limit: Option<u64>,
+    pub reconnect: bool,
+}
+
+impl Producer {
+    pub fn start(spec: ProducerSpec) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || produce(&spec, &flag));
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops writing and returns what was seen (replies still due are waited for only while the
+    /// connection stays open, at most 30 s).
+    pub fn stop(mut self) -> ProducerReport {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+
+    /// Waits for the producer to end by itself (its `limit` written and answered, or its
+    /// connection closed without `reconnect`).
+    pub fn join(mut self) -> ProducerReport {
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn produce(spec: &ProducerSpec, stop: &std::sync::atomic::AtomicBool) -> ProducerReport {
+    use std::sync::atomic::Ordering;
+    let mut report = ProducerReport {
+        tier: Some(spec.tier),
+        ..ProducerReport::default()
+    };
+    let mut next_id = spec.first_id;
+    let end_id = spec.limit.map(|limit| spec.first_id + limit as i64);
+    loop {
+        if stop.load(Ordering::SeqCst) || end_id.is_some_and(|end| next_id >= end) {
+            return report;
+        }
+        let stream = match UnixStream::connect(&spec.socket) {
+            Ok(stream) => stream,
+            Err(_) if spec.reconnect => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(error) => panic!("cannot connect to {}: {error}", spec.socket.display()),
+        };
+        report.connections += 1;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        match spec.pace {
+            Pace::OneAtATime => {
+                one_at_a_time(spec, stop, stream, &mut next_id, end_id, &mut report)
+            }
+            Pace::PerSecond(_) | Pace::Flood => {
+                pipelined(spec, stop, stream, &mut next_id, end_id, &mut report)
+            }
+        }
+        if !spec.reconnect {
+            return report;
+        }
+    }
+}
+
+fn submission_frame(tier: Tier, id: i64, padding: usize, out: &mut Vec<u8>) {
+    let submission = LocalSubmission {
+        tier: tier as i32,
+        event: Some(test_event(id, padding)),
+        ..LocalSubmission::default()
+    };
+    codec::encode_frame(&submission, out);
+}
+
+/// Reads one reply frame; `None` when the stream ended or failed.
+fn read_reply(stream: &mut UnixStream, buf: &mut Vec<u8>) -> Option<LocalReply> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(codec::Frame::Complete { body, consumed }) = codec::next_frame(buf, 1024 * 1024) {
+            let reply = LocalReply::decode(&buf[body]).unwrap();
+            buf.drain(..consumed);
+            return Some(reply);
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn record(report: &mut ProducerReport, id: i64, sent: Instant, reply: LocalReply) {
+    let now = Instant::now();
+    if reply.accepted {
+        report.acked.push(Ack {
+            id,
+            seq: reply.seq,
+            latency: now - sent,
+            at: now,
+        });
+    } else {
+        report.refused.push((id, reply.error));
+    }
+}
+
+fn one_at_a_time(
+    spec: &ProducerSpec,
+    stop: &std::sync::atomic::AtomicBool,
+    mut stream: UnixStream,
+    next_id: &mut i64,
+    end_id: Option<i64>,
+    report: &mut ProducerReport,
+) {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) && end_id.is_none_or(|end| *next_id < end)
+    {
+        let id = *next_id;
+        *next_id += 1;
+        out.clear();
+        submission_frame(spec.tier, id, spec.padding, &mut out);
+        let sent = Instant::now();
+        if stream.write_all(&out).is_err() {
+            report.unanswered.push(id);
+            return;
+        }
+        match read_reply(&mut stream, &mut buf) {
+            Some(reply) => record(report, id, sent, reply),
+            None => {
+                report.unanswered.push(id);
+                return;
+            }
+        }
+    }
+}
+
+fn pipelined(
+    spec: &ProducerSpec,
+    stop: &std::sync::atomic::AtomicBool,
+    stream: UnixStream,
+    next_id: &mut i64,
+    end_id: Option<i64>,
+    report: &mut ProducerReport,
+) {
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let sent: Arc<Mutex<VecDeque<(i64, Instant)>>> = Arc::new(Mutex::new(VecDeque::new()));
+    let writer_done = Arc::new(AtomicBool::new(false));
+    let mut writer = stream.try_clone().unwrap();
+    let first = *next_id;
+    let written = std::thread::scope(|scope| {
+        let sent_w = Arc::clone(&sent);
+        let done = Arc::clone(&writer_done);
+        let tier = spec.tier;
+        let padding = spec.padding;
+        let pace = spec.pace;
+        let handle = scope.spawn(move || {
+            let mut id = first;
+            let mut out = Vec::new();
+            // Ticks of 1 ms: the submissions are spread, as independent clients' would be.
+            let tick = match pace {
+                Pace::PerSecond(per_s) => {
+                    Duration::from_secs_f64((per_s / 1000).max(1) as f64 / f64::from(per_s.max(1)))
+                }
+                _ => Duration::ZERO,
+            };
+            let mut next_tick = Instant::now();
+            loop {
+                if stop.load(Ordering::SeqCst) || end_id.is_some_and(|end| id >= end) {
+                    break;
+                }
+                let count = match pace {
+                    Pace::PerSecond(per_s) => (per_s / 1000).max(1) as i64,
+                    _ => 64,
+                };
+                let count = end_id.map_or(count, |end| count.min(end - id));
+                out.clear();
+                for i in 0..count {
+                    submission_frame(tier, id + i, padding, &mut out);
+                }
+                {
+                    let now = Instant::now();
+                    let mut sent = sent_w.lock().unwrap();
+                    for i in 0..count {
+                        sent.push_back((id + i, now));
+                    }
+                }
+                id += count;
+                if writer.write_all(&out).is_err() {
+                    // The chunk's ids stay unanswered (some may have been read); they are never
+                    // written again.
+                    break;
+                }
+                if let Pace::PerSecond(_) = pace {
+                    next_tick += tick;
+                    let now = Instant::now();
+                    if next_tick > now {
+                        std::thread::sleep(next_tick - now);
+                    }
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+            id
+        });
+        let mut reader = stream;
+        let mut buf = Vec::new();
+        loop {
+            let caught_up = sent.lock().unwrap().is_empty();
+            if caught_up && writer_done.load(Ordering::SeqCst) {
+                break;
+            }
+            if caught_up {
+                // Nothing awaited yet: poll briefly so that the writer's end is seen.
+                reader
+                    .set_read_timeout(Some(Duration::from_millis(20)))
+                    .unwrap();
+            } else {
+                reader
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+            }
+            match read_reply(&mut reader, &mut buf) {
+                Some(reply) => {
+                    let (id, at) = sent
+                        .lock()
+                        .unwrap()
+                        .pop_front()
+                        .expect("a reply to nothing");
+                    record(report, id, at, reply);
+                }
+                None if caught_up => {}
+                None => break,
+            }
+        }
+        let _ = reader.shutdown(std::net::Shutdown::Both);
+        handle.join().unwrap()
+    });
+    *next_id = written;
+    report
+        .unanswered
+        .extend(sent.lock().unwrap().drain(..).map(|(id, _)| id));
+}
