@@ -158,9 +158,12 @@ pub async fn report_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut look = tokio::time::interval(FAULT_CHECK_INTERVAL);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is immediate: report once at start.
+    // The first tick is immediate: report once at start. Both intervals are ready at once then;
+    // the report's tick goes first, so a store already faulted at start gets the one report (to
+    // the safety tier) instead of a fault report and then a regular one that the store refuses.
     loop {
         let due = tokio::select! {
+            biased;
             _ = tick.tick() => true,
             _ = look.tick() => false,
             _ = shutdown.changed() => return,
