@@ -150,9 +150,14 @@ fn level_2_footprint_holds_beside_a_neighbour_that_keeps_waking_on_the_agents_cp
         text.contains("Preemption against the reference"),
         "see the report above"
     );
-    // The neighbour did preempt: the agent was preempted far beyond the old fixed bound of
-    // 1% of its wake-ups + 5, and the reference alike.
-    assert!(wakes > 30_000, "the neighbour woke {wakes} times");
+    // The neighbour did wake and preempt: more often than the agent woke (a loaded machine
+    // delays a nice-19 thread too, so not every millisecond), and the agent was preempted
+    // beyond the old fixed bound of 1% of its wake-ups + 5, and the reference alike.
+    assert!(
+        wakes > result.voluntary,
+        "the neighbour woke {wakes} times, the agent {}",
+        result.voluntary
+    );
     let fixed_bound = result.voluntary / 100 + 5;
     assert!(
         result.nonvoluntary > fixed_bound && result.reference.nonvoluntary > fixed_bound,
