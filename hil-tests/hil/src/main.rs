@@ -71,7 +71,8 @@ enum Level {
         #[command(flatten)]
         common: Common,
     },
-    /// Level 2: CPU time, involuntary switches and peak RSS at 10× poll rates.
+    /// Level 2: CPU time, wake-ups, allocations and peak RSS at 10× poll rates; preemption
+    /// against a reference process.
     Footprint {
         #[command(flatten)]
         common: Common,
@@ -354,11 +355,14 @@ fn ladder(
         match footprint::run(&bins, &config) {
             Ok(r) => {
                 println!(
-                    "level 2 footprint: {} (CPU {:.3}% of a core, {} involuntary switches, VmHWM {:.1} MiB)",
+                    "level 2 footprint: {} (CPU {:.3}% of a core, {:.1} wake-ups/s, {:.0} allocations/s, VmHWM {:.1} MiB; {} preemptions, the reference's {})",
                     if r.pass() { "PASS" } else { "FAIL" },
                     r.cpu_fraction() * 100.0,
+                    r.wakeups_per_s(),
+                    r.allocations_per_s(),
+                    r.vm_hwm_kib as f64 / 1024.0,
                     r.nonvoluntary,
-                    r.vm_hwm_kib as f64 / 1024.0
+                    r.reference.nonvoluntary
                 );
                 pass &= r.pass();
                 Some(r)

@@ -760,7 +760,7 @@ mod tests {
         let rule = GateRule::default();
         assert_eq!(evidence(30, 30, 30, 90, &rule), Evidence::Enough);
         assert_eq!(evidence(20, 30, 30, 90, &rule), Evidence::Enough);
-        // 14 of 30 (a committed report's run): too few, but a second round may make it.
+        // 14 of 30 (the run of an earlier committed report): too few, but a second round may make it.
         assert_eq!(evidence(14, 30, 30, 90, &rule), Evidence::MorePairs(30));
         assert_eq!(evidence(28, 60, 30, 90, &rule), Evidence::Enough);
         // Enough clean pairs, but too small a share of the pairs run.
