@@ -37,6 +37,17 @@ pub enum BacklogError {
 /// Submits `count` events of `padding` bytes to the agent's socket; returns when every one is
 /// durable in the agent's queue.
 pub fn fill(socket: &Path, count: usize, padding: usize) -> Result<(), BacklogError> {
+    fill_from(socket, 0, count, padding)
+}
+
+/// [`fill`], with event ids from `first_id` on (a later backlog does not repeat an earlier one's
+/// ids).
+pub fn fill_from(
+    socket: &Path,
+    first_id: usize,
+    count: usize,
+    padding: usize,
+) -> Result<(), BacklogError> {
     let stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
     let mut writer = stream.try_clone()?;
@@ -45,7 +56,7 @@ pub fn fill(socket: &Path, count: usize, padding: usize) -> Result<(), BacklogEr
         for id in 0..count {
             let submission = LocalSubmission {
                 tier: Tier::Debug as i32,
-                event: Some(custom_event("hil-backlog", id as i64, padding)),
+                event: Some(custom_event("hil-backlog", (first_id + id) as i64, padding)),
                 ..LocalSubmission::default()
             };
             codec::encode_frame(&submission, &mut out);

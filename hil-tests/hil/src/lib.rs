@@ -3,7 +3,8 @@
 //!
 //! 1. invariants — deterministic, CI: no syscall in the probe's record path, read-only probe
 //!    mappings, affinity off the loop core, SCHED_IDLE, no allocation and no fault in steady state.
-//! 2. footprint — robust on a shared machine, CI: CPU time, involuntary switches, peak RSS.
+//! 2. footprint — robust on a shared machine, CI: CPU time, wake-ups, allocations, peak RSS, and
+//!    preemption beyond a reference process's in the same window.
 //! 3. interference — statistical, CI: paired agent-on/off blocks around a SCHED_FIFO loop.
 //! 4. jetson — on the target only: cyclictest maxima on the isolated core, agent on vs off.
 //!
@@ -11,18 +12,24 @@
 //! - [`levels`]: the four levels; each returns checks and numbers.
 //! - [`rig`]: the agent binary, synthetic loops, a fake sysfs tree, the capture replay.
 //! - [`seccomp`]: the record-under-seccomp child and its check.
+//! - [`reference`]: the footprint level's reference, a SCHED_IDLE sleeper on the agent's CPUs.
 //! - [`malloc_count`]: an `LD_PRELOAD` allocation counter built with the system C compiler.
 //! - [`procfs`]: what `/proc` says about a process and the machine.
 //! - [`backlog`]: a backlog submitted through the agent's local socket.
-//! - [`stats`]: percentiles, block order, the paired bootstrap and the gate (pure).
+//! - [`stats`]: percentiles, block order, the paired bootstrap, the gate and its evidence rule,
+//!   preemption against the reference (pure).
 //! - [`cyclictest`]: cyclictest's command line, its output, the Jetson gate (pure).
 //! - [`report`], [`plot`]: the Markdown report and its PNG chart.
 //!
 //! Invariants:
 //! - Every level measures the shipped binaries from outside (`/proc`, probes, a preload
 //!   counter); none asserts a property by reading code.
-//! - The statistical level never passes without evidence: too few clean pairs is SKIP with the
-//!   reason; the maximum latency is logged and never gated on a shared machine.
+//! - The statistical level never decides without evidence: too few clean pairs, too small a
+//!   share of the pairs run, or an interval too wide to pass or fail once every pair allowed
+//!   has run, is SKIP with the reason; the maximum latency is logged and never gated on a
+//!   shared machine.
+//! - No level fails on the neighbours' load: preemption is judged against a reference process
+//!   that suffers the same neighbours in the same window.
 
 pub mod backlog;
 pub mod cyclictest;
@@ -30,6 +37,7 @@ pub mod levels;
 pub mod malloc_count;
 pub mod plot;
 pub mod procfs;
+pub mod reference;
 pub mod report;
 pub mod rig;
 pub mod seccomp;

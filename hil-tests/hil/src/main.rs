@@ -50,9 +50,12 @@ struct Ladder {
     /// Footprint window, seconds.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
-    /// Interference pairs of 1 s blocks (at least 30 for a verdict worth having).
+    /// Interference pairs of 1 s blocks per round (at least 30 for a verdict worth having).
     #[arg(long, default_value_t = 30)]
     pairs: usize,
+    /// Most interference pairs in all, while too few of them are clean (rounds of --pairs).
+    #[arg(long, default_value_t = 90)]
+    max_pairs: usize,
     /// Seed of the block order and the bootstrap (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -68,7 +71,8 @@ enum Level {
         #[command(flatten)]
         common: Common,
     },
-    /// Level 2: CPU time, involuntary switches and peak RSS at 10× poll rates.
+    /// Level 2: CPU time, wake-ups, allocations and peak RSS at 10× poll rates; preemption
+    /// against a reference process.
     Footprint {
         #[command(flatten)]
         common: Common,
@@ -124,6 +128,17 @@ enum Level {
         #[arg(long)]
         force: bool,
     },
+    /// Internal: the footprint level's reference, a SCHED_IDLE sleeper (runs until killed).
+    #[command(hide = true)]
+    ReferenceSleeper {
+        /// CPUs to pin to, e.g. `0,1`.
+        #[arg(long)]
+        cpus: Option<String>,
+        #[arg(long)]
+        rate_hz: f64,
+        #[arg(long)]
+        work_us: u64,
+    },
     /// Internal: record cycles under seccomp strict mode (level 1 runs this).
     #[command(hide = true)]
     SeccompRecord {
@@ -159,7 +174,7 @@ fn now_s() -> u64 {
 
 fn parse_cpus(text: &str) -> Result<Vec<usize>, ExitCode> {
     edgewatch_hil::procfs::parse_cpu_list(text).ok_or_else(|| {
-        eprintln!("edgewatch-hil: --housekeeping: `{text}` is not a CPU list such as 0-2,4");
+        eprintln!("edgewatch-hil: `{text}` is not a CPU list such as 0-2,4");
         ExitCode::from(EXIT_USAGE)
     })
 }
@@ -175,6 +190,20 @@ fn main() -> ExitCode {
         } => {
             let error = edgewatch_hil::seccomp::child(&probe, count, syscall_after);
             eprintln!("edgewatch-hil seccomp-record: {error}");
+            ExitCode::from(EXIT_SOFTWARE)
+        }
+        Level::ReferenceSleeper {
+            cpus,
+            rate_hz,
+            work_us,
+        } => {
+            let cpus = match cpus.as_deref().map(parse_cpus).transpose() {
+                Ok(cpus) => cpus.unwrap_or_default(),
+                Err(code) => return code,
+            };
+            let error =
+                edgewatch_hil::reference::child(&cpus, rate_hz, Duration::from_micros(work_us));
+            eprintln!("edgewatch-hil reference-sleeper: {error}");
             ExitCode::from(EXIT_SOFTWARE)
         }
         Level::Invariants { common } => ladder(&common, None, (true, false, false), &command_line),
@@ -326,11 +355,14 @@ fn ladder(
         match footprint::run(&bins, &config) {
             Ok(r) => {
                 println!(
-                    "level 2 footprint: {} (CPU {:.3}% of a core, {} involuntary switches, VmHWM {:.1} MiB)",
+                    "level 2 footprint: {} (CPU {:.3}% of a core, {:.1} wake-ups/s, {:.0} allocations/s, VmHWM {:.1} MiB; {} preemptions, the reference's {})",
                     if r.pass() { "PASS" } else { "FAIL" },
                     r.cpu_fraction() * 100.0,
+                    r.wakeups_per_s(),
+                    r.allocations_per_s(),
+                    r.vm_hwm_kib as f64 / 1024.0,
                     r.nonvoluntary,
-                    r.vm_hwm_kib as f64 / 1024.0
+                    r.reference.nonvoluntary
                 );
                 pass &= r.pass();
                 Some(r)
@@ -348,6 +380,7 @@ fn ladder(
         });
         let config = InterferenceConfig {
             pairs: ladder.map_or(30, |l| l.pairs),
+            max_pairs: ladder.map_or(90, |l| l.max_pairs),
             seed,
             cyclictest_seconds: ladder.map_or(3, |l| l.cyclictest_seconds),
             ..InterferenceConfig::default()
@@ -355,15 +388,16 @@ fn ladder(
         match interference::run(&bins, &config) {
             Ok(r) => {
                 match (r.verdict.numbers(), &r.verdict) {
-                    (_, edgewatch_hil::stats::Verdict::Skip { reason }) => {
+                    (_, edgewatch_hil::stats::Verdict::Skip { reason, .. }) => {
                         println!("level 3 interference: SKIP: {reason} (seed {seed})");
                     }
                     (Some(n), verdict) => {
                         println!(
-                            "level 3 interference: {} (seed {seed}; {} clean pairs; median Δp99 {:+.1} µs, upper bound {:+.1} µs, allowance {:.1} µs)",
+                            "level 3 interference: {} (seed {seed}; {} clean pairs; median Δp99 {:+.1} µs, bounds {:+.1} to {:+.1} µs, allowance {:.1} µs)",
                             verdict.word(),
                             n.pairs,
                             n.median_delta_us,
+                            n.lower_bound_us,
                             n.upper_bound_us,
                             n.allowance_us
                         );

@@ -159,24 +159,44 @@ pub fn markdown(r: &RunReport<'_>) -> String {
         checks_table(&mut out, &f.checks);
         let _ = writeln!(
             out,
-            "| agent over {:.1} s at 10× poll rates | value |\n|---|---|\n| CPU (schedstat) | {:.3}% of one core ({:.1} ms) |\n| CPU (utime+stime) | {} ms |\n| voluntary / involuntary switches | {} / {} (bound {}) |\n| wake-ups per second | {:.1} |\n| VmHWM / VmRSS | {:.1} / {:.1} MiB |\n| minor faults | {} ({:.1}/s) |\n| threads | {} |\n| heap allocations (events flowing, not gated) | {} ({:.1}/s, {:.1} KiB/s) |\n",
+            "| agent over {:.1} s at 10× poll rates | value |\n|---|---|\n| CPU (schedstat) | {:.3}% of one core ({:.1} ms) |\n| CPU (utime+stime) | {} ms |\n| wake-ups (voluntary switches) | {} ({:.1}/s) |\n| preemptions (involuntary switches) | {} |\n| VmHWM / VmRSS | {:.1} / {:.1} MiB |\n| minor faults | {} ({:.1}/s) |\n| threads | {} |\n| heap allocations (events flowing) | {} ({:.1}/s, {:.1} KiB/s) |\n",
             f.window_s,
             f.cpu_fraction() * 100.0,
             f.cpu_ns as f64 / 1e6,
             f.cpu_ticks_ms,
             f.voluntary,
+            f.wakeups_per_s(),
             f.nonvoluntary,
-            f.nonvoluntary_bound,
-            f.voluntary as f64 / f.window_s.max(1e-9),
             f.vm_hwm_kib as f64 / 1024.0,
             f.vm_rss_kib as f64 / 1024.0,
             f.minor_faults,
             f.minor_faults as f64 / f.window_s.max(1e-9),
             f.threads,
             f.allocations.allocations,
-            f.allocations.allocations as f64 / f.window_s.max(1e-9),
+            f.allocations_per_s(),
             f.allocations.bytes as f64 / 1024.0 / f.window_s.max(1e-9)
         );
+        let _ = writeln!(
+            out,
+            "Preemption against the reference (a SCHED_IDLE sleeper on the agent's CPUs waking {:.1} times a second for {} µs of CPU, the agent's pattern in the warm-up), same window:\n\n| | on CPU ms | wake-ups | preemptions | per second on CPU |\n|---|---|---|---|---|\n| agent | {:.1} | {} | {} | {:.0} |\n| reference | {:.1} | {} | {} | {:.0} |\n",
+            f.reference_pattern.0,
+            f.reference_pattern.1.as_micros(),
+            f.cpu_ns as f64 / 1e6,
+            f.voluntary,
+            f.nonvoluntary,
+            f.nonvoluntary as f64 / (f.cpu_ns as f64 / 1e9).max(1e-9),
+            f.reference.run_ns as f64 / 1e6,
+            f.reference.voluntary,
+            f.reference.nonvoluntary,
+            f.reference.nonvoluntary as f64 / (f.reference.run_ns as f64 / 1e9).max(1e-9),
+        );
+        if let Some(p) = &f.preemption {
+            let _ = writeln!(
+                out,
+                "The neighbours explain up to {:.1} of the agent's preemptions (the reference's rate, upper 99.9% bound, times the agent's time on CPU); beyond that: {:.1}, allowance {}.\n",
+                p.neighbours_upper, p.excess, p.allowance
+            );
+        }
         let _ = writeln!(
             out,
             "The two synthetic 1 kHz loops (SCHED_OTHER) meanwhile:\n\n{SUMMARY_HEAD}"
@@ -188,22 +208,29 @@ pub fn markdown(r: &RunReport<'_>) -> String {
     }
     if let Some(i) = r.interference {
         let _ = writeln!(out, "## Level 3 — interference: {}\n", i.verdict.word());
-        match &i.verdict {
-            Verdict::Skip { reason } => {
-                let _ = writeln!(out, "SKIP: {reason}.\n");
-            }
-            Verdict::Pass(n) | Verdict::Fail(n) => {
-                let _ = writeln!(
-                    out,
-                    "Gate: the upper 95% bootstrap bound of the median paired Δp99 must not exceed max(25 µs, 25% of the baseline).\n\n| | µs |\n|---|---|\n| clean pairs | {} of {} |\n| baseline (median agent-off p99) | {:.1} |\n| median paired Δp99 (on − off) | {:+.1} |\n| upper 95% bound | {:+.1} |\n| allowance | {:.1} |\n",
-                    n.pairs,
-                    i.pairs.len(),
-                    n.baseline_us,
-                    n.median_delta_us,
-                    n.upper_bound_us,
-                    n.allowance_us
-                );
-            }
+        if let Verdict::Skip { reason, .. } = &i.verdict {
+            let _ = writeln!(out, "SKIP: {reason}.\n");
+        }
+        if let Some(n) = i.verdict.numbers() {
+            let _ = writeln!(
+                out,
+                "Evidence: at least {} clean pairs, at least {:.0}% of the pairs run. Gate: PASS when the upper {:.0}% bootstrap bound of the median paired Δp99 is within max({:.0} µs, {:.0}% of the baseline), FAIL when the lower {:.0}% bound exceeds it, SKIP when the interval holds it.\n\n| | µs |\n|---|---|\n| clean pairs | {} of {} |\n| baseline (median agent-off p99) | {:.1} |\n| median paired Δp99 (on − off) | {:+.1} |\n| lower {:.0}% bound | {:+.1} |\n| upper {:.0}% bound | {:+.1} |\n| allowance | {:.1} |\n",
+                i.rule.min_clean_pairs,
+                i.rule.min_clean_fraction * 100.0,
+                i.rule.confidence * 100.0,
+                i.rule.floor_us,
+                i.rule.fraction_of_baseline * 100.0,
+                i.rule.confidence * 100.0,
+                n.pairs,
+                i.pairs.len(),
+                n.baseline_us,
+                n.median_delta_us,
+                i.rule.confidence * 100.0,
+                n.lower_bound_us,
+                i.rule.confidence * 100.0,
+                n.upper_bound_us,
+                n.allowance_us
+            );
         }
         if !i.pairs.is_empty() {
             let _ = writeln!(

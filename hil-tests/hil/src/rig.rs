@@ -54,8 +54,12 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RigError {
 }
 
 /// The environment variable naming the cargo profile the tests build the agent and the loop
-/// in (`release` by default; `dev` for a quick look, whose CPU numbers do not hold).
+/// in (`dist`, the shipped build, by default; `release` or `dev` for a quicker look, whose CPU
+/// and memory numbers do not stand for the shipped binary).
 pub const PROFILE_ENV: &str = "EDGEWATCH_HIL_PROFILE";
+
+/// The cargo profile of the shipped binaries (`cross/build-machine`, the Debian packages).
+pub const SHIPPED_PROFILE: &str = "dist";
 
 /// The programs the levels run.
 #[derive(Debug, Clone)]
@@ -70,10 +74,11 @@ pub struct Binaries {
 
 impl Binaries {
     /// For tests: the agent and the loop built by the harness in the profile named by
-    /// [`PROFILE_ENV`] (default `release`: the levels measure the build that ships, and a debug
-    /// agent costs several times the CPU); `hil` is the test's `CARGO_BIN_EXE_edgewatch-hil`.
+    /// [`PROFILE_ENV`] (default [`SHIPPED_PROFILE`]: the levels measure the build that ships, and
+    /// a debug agent costs several times the CPU); `hil` is the test's
+    /// `CARGO_BIN_EXE_edgewatch-hil`.
     pub fn for_tests(hil: &Path) -> Result<Self, RigError> {
-        let profile = std::env::var(PROFILE_ENV).unwrap_or_else(|_| "release".to_owned());
+        let profile = std::env::var(PROFILE_ENV).unwrap_or_else(|_| SHIPPED_PROFILE.to_owned());
         let build = |package: &str| {
             edgewatch_harness::binaries::workspace_binary_in_profile(
                 package,
@@ -102,7 +107,7 @@ impl Binaries {
                 Ok(path)
             } else {
                 Err(RigError::Binary(format!(
-                    "{} not found; build it beside edgewatch-hil (cargo build -p edgewatch-agent -p edgewatch-synthetic-loop -p edgewatch-hil, same profile) or pass its path",
+                    "{} not found; build it beside edgewatch-hil (cargo build --profile dist -p edgewatch-agent -p edgewatch-synthetic-loop -p edgewatch-hil) or pass its path",
                     path.display()
                 )))
             }

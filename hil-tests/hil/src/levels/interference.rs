@@ -6,17 +6,23 @@
 //!             Mosquitto, the fault proxy, this process
 //! backlog:    filled through the agent's socket while the proxy blackholes the uplink,
 //!             then the link passes and the agent drains it during the "on" blocks
-//! pairs:      N × (on, off) 1 s blocks in seeded random order; off = SIGSTOP, on = SIGCONT
+//! pairs:      rounds of N × (on, off) 1 s blocks in seeded random order; off = SIGSTOP,
+//!             on = SIGCONT; another round (backlog topped up) while the clean pairs are too
+//!             few, too small a share of the pairs run, or the gate's interval holds the
+//!             allowance, up to a maximum of pairs
 //! per block:  wake-up latencies (start − release) of the cycles released in
 //!             [start + guard, end); steal ticks of the loop's CPU; cycle-number gaps
 //! drop:       a pair whose block saw steal, a gap, or fewer cycles than its length allows
-//! gate:       bootstrap upper 95% bound of the median paired Δp99 ≤ max(25 µs, 25% baseline)
+//! gate:       bootstrap 95% bounds of the median paired Δp99 against max(25 µs, 25% baseline):
+//!             PASS upper ≤ allowance, FAIL lower > allowance, else undecided (SKIP at the end)
 //! reference:  cyclictest on the loop's CPU, agent on then off, after the pairs
 //! ```
 //!
 //! Invariants:
-//! - No verdict without evidence: fewer than `rule.min_clean_pairs` clean pairs, a refused
-//!   SCHED_FIFO, or a single CPU give SKIP with the reason, never PASS.
+//! - No verdict without evidence: fewer than `rule.min_clean_pairs` clean pairs or a share
+//!   below `rule.min_clean_fraction` once `max_pairs` have run, a gate interval that still holds
+//!   the allowance then, a refused SCHED_FIFO, or a single CPU give SKIP with the reason, never
+//!   PASS and never FAIL.
 //! - The agent is never left stopped: it is resumed before every exit path (its handle sends
 //!   SIGCONT on drop).
 
@@ -35,21 +41,24 @@ use crate::rig::{
     orin_sysfs, pin_self, scratch,
 };
 use crate::stats::{
-    GateRule, LatencySummary, PairP99, SplitMix64, Verdict, block_order, interference_gate,
+    GateRule, LatencySummary, PairP99, SplitMix64, Step, Verdict, after_round, block_order,
+    interference_gate,
 };
 
 /// Settings of level 3.
 #[derive(Debug, Clone)]
 pub struct InterferenceConfig {
-    /// Pairs of blocks.
+    /// Pairs of blocks per round.
     pub pairs: usize,
+    /// Most pairs run in all rounds, while the evidence rule asks for more.
+    pub max_pairs: usize,
     /// Length of one block.
     pub block: Duration,
     /// Start of each block left out (the switch itself).
     pub guard: Duration,
     /// Seed of the block order and the bootstrap.
     pub seed: u64,
-    /// Backlog events.
+    /// Backlog events, submitted before the first round and again before each further round.
     pub backlog_events: usize,
     /// Padding bytes per backlog event.
     pub backlog_padding: usize,
@@ -69,6 +78,7 @@ impl Default for InterferenceConfig {
     fn default() -> Self {
         Self {
             pairs: 30,
+            max_pairs: 90,
             block: Duration::from_secs(1),
             guard: Duration::from_millis(100),
             seed: 0,
@@ -174,12 +184,17 @@ pub struct InterferenceReport {
     pub loop_summary: serde_json::Value,
     /// Remarks for the report.
     pub notes: Vec<String>,
+    /// The gate and evidence rule the verdict was reached by.
+    pub rule: GateRule,
 }
 
 impl InterferenceReport {
     fn skipped(reason: String, seed: u64) -> Self {
         Self {
-            verdict: Verdict::Skip { reason },
+            verdict: Verdict::Skip {
+                reason,
+                numbers: None,
+            },
             pairs: Vec::new(),
             seed,
             loop_cpu: None,
@@ -191,20 +206,26 @@ impl InterferenceReport {
             cyclictest: Vec::new(),
             loop_summary: serde_json::Value::Null,
             notes: Vec::new(),
+            rule: GateRule::default(),
         }
     }
 
     /// The clean pairs' p99s, µs.
     pub fn clean_p99s(&self) -> Vec<PairP99> {
-        self.pairs
-            .iter()
-            .filter(|p| p.dropped().is_none())
-            .map(|p| PairP99 {
-                on_us: p.on.summary.p99_ns as f64 / 1000.0,
-                off_us: p.off.summary.p99_ns as f64 / 1000.0,
-            })
-            .collect()
+        clean_p99s(&self.pairs)
     }
+}
+
+/// The p99s of the pairs not dropped, µs.
+fn clean_p99s(pairs: &[Pair]) -> Vec<PairP99> {
+    pairs
+        .iter()
+        .filter(|p| p.dropped().is_none())
+        .map(|p| PairP99 {
+            on_us: p.on.summary.p99_ns as f64 / 1000.0,
+            off_us: p.off.summary.p99_ns as f64 / 1000.0,
+        })
+        .collect()
 }
 
 /// One probe record, as kept between polls.
@@ -307,7 +328,8 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
         source: std::io::Error::other(e.to_string()),
     })?;
     let period_ns = reader.info().period_ns;
-    let mut seen: Vec<Seen> = Vec::with_capacity(config.pairs * 2 * 1100 + 20_000);
+    let max_pairs = config.max_pairs.max(config.pairs);
+    let mut seen: Vec<Seen> = Vec::with_capacity(max_pairs * 2 * 1100 + 20_000);
     let mut poll = |seen: &mut Vec<Seen>| {
         let _ = reader.poll(monotonic_ns(), &mut |r: &loop_probe::Record| {
             seen.push(Seen {
@@ -320,55 +342,97 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
     poll(&mut seen);
     seen.clear();
 
-    let mut rng = SplitMix64::new(config.seed);
-    let order = block_order(config.pairs, &mut rng);
-    let mut pairs = Vec::with_capacity(config.pairs);
-    for &on_first in &order {
-        let mut pair = Pair {
-            on_first,
-            ..Pair::default()
-        };
-        for on in [on_first, !on_first] {
-            if on {
-                agent.resume();
-            } else {
-                agent.pause();
-            }
-            let steal0 = procfs::steal(Some(loop_cpu))?;
-            let start_ns = monotonic_ns();
-            std::thread::sleep(config.block);
-            let end_ns = monotonic_ns();
-            let steal1 = procfs::steal(Some(loop_cpu))?;
-            poll(&mut seen);
-            let block = Block {
-                agent_on: on,
-                start_ns,
-                end_ns,
-                steal_ticks: steal1.saturating_sub(steal0),
-                events_acked: if on { acked(&agent) } else { None },
-                ..Block::default()
-            };
-            if on {
-                pair.on = block;
-            } else {
-                pair.off = block;
-            }
-        }
-        pairs.push(pair);
-    }
-    agent.resume();
-    std::thread::sleep(Duration::from_millis(50));
-    poll(&mut seen);
     let guard_ns = config.guard.as_nanos() as u64;
-    for pair in &mut pairs {
-        for block in [&mut pair.on, &mut pair.off] {
-            fill_block(block, &seen, guard_ns, period_ns);
+    let mut rng = SplitMix64::new(config.seed);
+    let mut pairs: Vec<Pair> = Vec::with_capacity(max_pairs);
+    let mut round = config.pairs;
+    let mut top_ups = 0;
+    let verdict = loop {
+        let order = block_order(round, &mut rng);
+        let first = pairs.len();
+        for &on_first in &order {
+            let mut pair = Pair {
+                on_first,
+                ..Pair::default()
+            };
+            for on in [on_first, !on_first] {
+                if on {
+                    agent.resume();
+                } else {
+                    agent.pause();
+                }
+                let steal0 = procfs::steal(Some(loop_cpu))?;
+                let start_ns = monotonic_ns();
+                std::thread::sleep(config.block);
+                let end_ns = monotonic_ns();
+                let steal1 = procfs::steal(Some(loop_cpu))?;
+                poll(&mut seen);
+                let block = Block {
+                    agent_on: on,
+                    start_ns,
+                    end_ns,
+                    steal_ticks: steal1.saturating_sub(steal0),
+                    events_acked: if on { acked(&agent) } else { None },
+                    ..Block::default()
+                };
+                if on {
+                    pair.on = block;
+                } else {
+                    pair.off = block;
+                }
+            }
+            pairs.push(pair);
         }
-    }
+        agent.resume();
+        std::thread::sleep(Duration::from_millis(50));
+        poll(&mut seen);
+        for pair in &mut pairs[first..] {
+            for block in [&mut pair.on, &mut pair.off] {
+                fill_block(block, &seen, guard_ns, period_ns);
+            }
+        }
+        let clean = clean_p99s(&pairs);
+        match after_round(
+            &clean,
+            pairs.len(),
+            config.pairs,
+            max_pairs,
+            &config.rule,
+            config.seed,
+        ) {
+            Step::Decide(reached) => break reached,
+            Step::MorePairs(more) => {
+                notes.push(match interference_gate(&clean, &config.rule, config.seed).numbers() {
+                    Some(n) => format!(
+                        "after {} pairs, {} clean, the median paired Δp99 lay between {:+.1} and {:+.1} µs, across the allowance of {:.1} µs: {more} more pairs ran",
+                        pairs.len(),
+                        clean.len(),
+                        n.lower_bound_us,
+                        n.upper_bound_us,
+                        n.allowance_us
+                    ),
+                    None => format!(
+                        "after {} pairs only {} were clean: {more} more pairs ran",
+                        pairs.len(),
+                        clean.len()
+                    ),
+                });
+                // The further round's agent-on blocks drain too, as the first round's did.
+                crate::backlog::fill_from(
+                    &agent.socket(),
+                    top_ups * config.backlog_events + config.backlog_events,
+                    config.backlog_events,
+                    config.backlog_padding,
+                )?;
+                top_ups += 1;
+                round = more;
+            }
+        }
+    };
     // The agent rewrites its status file every second.
     std::thread::sleep(Duration::from_millis(1200));
     let acked_end = acked(&agent).unwrap_or(acked_start);
-    let backlog = config.backlog_events as u64;
+    let backlog = (config.backlog_events * (top_ups + 1)) as u64;
     if let Some(k) = pairs
         .iter()
         .position(|p| p.on.events_acked.is_some_and(|a| a >= backlog))
@@ -412,23 +476,21 @@ pub fn run(bins: &Binaries, config: &InterferenceConfig) -> Result<InterferenceR
     }
     on_latencies.sort_unstable();
     off_latencies.sort_unstable();
-    let mut report = InterferenceReport {
-        verdict: Verdict::Skip {
-            reason: String::new(),
-        },
+    let report = InterferenceReport {
+        verdict,
         pairs,
         seed: config.seed,
         loop_cpu: Some(loop_cpu),
         agent_cpus,
-        backlog_events: config.backlog_events,
+        backlog_events: config.backlog_events * (top_ups + 1),
         acked: (acked_start, acked_end),
         on_latencies,
         off_latencies,
         cyclictest: cyclictest_runs,
         loop_summary,
         notes,
+        rule: config.rule,
     };
-    report.verdict = interference_gate(&report.clean_p99s(), &config.rule, config.seed);
     Ok(report)
 }
 
