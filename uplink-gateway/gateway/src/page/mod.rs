@@ -1,0 +1,311 @@
+//! The fleet page: server-rendered HTML views of the SLO report, the machines table, one
+//! machine, the rollouts and the cost, served read-only over [`crate::http`].
+//!
+//! ```text
+//! GET /path?at=&sort= ─▶ route ─▶ needs (SLO/fleet/cost cores) ─▶ Source (store | Prometheus)
+//!                                 ─▶ reports ─▶ views (pure HTML) ─▶ Response + security headers
+//! ```
+//!
+//! Invariants:
+//! - Read-only: GET and HEAD only (anything else is 405 in [`crate::http`]); nothing here
+//!   writes to the store.
+//! - The overview's rows are [`Source::slo_report`] at the page's instant, the code path of
+//!   `report --json`, so the page and the report give the same numbers for the same `?at=`.
+//! - Every response carries [`SECURITY_HEADERS`]: a CSP that allows no script, no frame, no
+//!   external asset, only the same-origin stylesheet.
+//! - Reads run on tokio's blocking pool (the store and the Prometheus client block), never on
+//!   the tasks that accept connections.
+
+pub mod html;
+pub mod views;
+
+use std::sync::Arc;
+
+use edgewatch_slo::fleet::{self, FleetQuery, SortKey};
+use edgewatch_slo::{Catalog, PriceBook, SloReport};
+
+use crate::http::{self, Request, Response, percent_decode};
+use crate::metrics::Metrics;
+use crate::source::{Source, SourceError, default_cost_period};
+use html::Html;
+use views::{At, Health, Newest, View};
+
+/// The page's Content-Security-Policy: nothing but same-origin styles and images, no script,
+/// no framing, forms only to this origin.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// Headers on every page response.
+pub const SECURITY_HEADERS: [(&str, &str); 4] = [
+    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+];
+
+/// What the page reads and how.
+pub struct Page {
+    /// Where samples come from.
+    pub source: Source,
+    /// The SLO catalog of the overview and the rollouts.
+    pub catalog: Catalog,
+    /// The price book of the cost view, when configured.
+    pub prices: Option<PriceBook>,
+    /// The ingesting gateway's counters, when this process is that gateway.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+fn respond(status: &'static str, content_type: &str, body: String) -> Response {
+    let mut headers: Vec<(&'static str, String)> = SECURITY_HEADERS
+        .iter()
+        .map(|(name, value)| (*name, (*value).to_owned()))
+        .collect();
+    headers.push(("Content-Type", content_type.to_owned()));
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn html_page(
+    status: &'static str,
+    title: &str,
+    view: Option<View>,
+    at: &At,
+    path: &str,
+    body: &Html,
+) -> Response {
+    respond(
+        status,
+        "text/html; charset=utf-8",
+        views::document(title, view, at, path, body),
+    )
+}
+
+impl Page {
+    /// Answers one GET or HEAD at wall-clock time `now_ms` (the instant when `?at=` is absent).
+    /// Blocking: it reads the source.
+    pub fn handle(&self, request: &Request, now_ms: i64) -> Response {
+        if request.path == views::STYLESHEET_PATH {
+            return respond(
+                "200 OK",
+                "text/css; charset=utf-8",
+                views::STYLESHEET.to_owned(),
+            );
+        }
+        let path = request.path.as_str();
+        let given = request.param("at").filter(|t| !t.is_empty());
+        let at = match &given {
+            Some(text) => match edgewatch_slo::parse_rfc3339(text) {
+                Some(ms) => At {
+                    given: given.clone(),
+                    ms,
+                },
+                None => {
+                    let now = At {
+                        given: None,
+                        ms: now_ms,
+                    };
+                    return html_page(
+                        "400 Bad Request",
+                        "Bad instant",
+                        None,
+                        &now,
+                        path,
+                        &views::message(
+                            "Bad instant",
+                            &format!("`{text}` is not RFC 3339 UTC, e.g. 2026-12-01T08:00:00Z."),
+                        ),
+                    );
+                }
+            },
+            None => At {
+                given: None,
+                ms: now_ms,
+            },
+        };
+        let result = match path {
+            "/" => self
+                .overview(&at)
+                .map(|body| ("Overview", Some(View::Overview), body)),
+            "/machines" => {
+                let sort = match request.param("sort").filter(|s| !s.is_empty()) {
+                    None => Ok(SortKey::default()),
+                    Some(text) => text.parse::<SortKey>(),
+                };
+                match sort {
+                    Ok(sort) => self
+                        .machines(&at, sort)
+                        .map(|body| ("Machines", Some(View::Machines), body)),
+                    Err(error) => {
+                        return html_page(
+                            "400 Bad Request",
+                            "Bad order",
+                            Some(View::Machines),
+                            &at,
+                            path,
+                            &views::message("Bad order", &error.to_string()),
+                        );
+                    }
+                }
+            }
+            "/rollouts" => self
+                .rollouts(&at)
+                .map(|body| ("Rollouts", Some(View::Rollouts), body)),
+            "/cost" => self.cost(&at).map(|body| ("Cost", Some(View::Cost), body)),
+            _ => match path.strip_prefix("/machines/") {
+                Some(id) if !id.is_empty() && !id.contains('/') => {
+                    let id = percent_decode(id);
+                    self.machine(&at, &id)
+                        .map(|body| ("Machine", Some(View::Machines), body))
+                }
+                _ => {
+                    return html_page(
+                        "404 Not Found",
+                        "Not found",
+                        None,
+                        &at,
+                        "/",
+                        &views::message("Not found", &format!("No page at {path}.")),
+                    );
+                }
+            },
+        };
+        match result {
+            Ok((title, view, body)) => html_page("200 OK", title, view, &at, path, &body),
+            Err(error) => {
+                tracing::warn!(%error, path, "The fleet page could not read its samples.");
+                html_page(
+                    "503 Service Unavailable",
+                    "Samples unavailable",
+                    None,
+                    &at,
+                    path,
+                    &views::message(
+                        "Samples unavailable",
+                        &format!("Reading samples failed: {error}"),
+                    ),
+                )
+            }
+        }
+    }
+
+    fn query(&self, at: &At) -> FleetQuery {
+        FleetQuery::at(at.ms, self.catalog.lookback_ms)
+    }
+
+    fn table(&self, at: &At, sort: SortKey) -> Result<fleet::FleetTable, SourceError> {
+        let query = self.query(at);
+        let set = self.source.fleet_set(&fleet::table_needs(&query))?;
+        Ok(fleet::table(&set, &query, sort))
+    }
+
+    /// The span of the overview's sparklines: the catalog's longest alert window.
+    fn spark_span_ms(&self) -> i64 {
+        self.catalog
+            .alert_windows
+            .iter()
+            .map(|w| w.long_ms)
+            .max()
+            .unwrap_or(3_600_000)
+    }
+
+    /// The SLO report at [`views::SPARK_POINTS`] instants over the span ending at `at` (oldest
+    /// first), from one read of the needs widened by the span.
+    fn spark_reports(&self, at_ms: i64) -> Result<Vec<SloReport>, SourceError> {
+        let span = self.spark_span_ms();
+        let needs = edgewatch_slo::required_series(&self.catalog, at_ms);
+        let set = self.source.series_set(
+            needs
+                .iter()
+                .map(|n| (n.metric, n.range_ms + span, n.end_ms)),
+        )?;
+        let last = (views::SPARK_POINTS - 1) as i64;
+        Ok((0..=last)
+            .map(|i| {
+                let t = at_ms - span + span * i / last;
+                edgewatch_slo::evaluate(&self.catalog, &set, t)
+            })
+            .collect())
+    }
+
+    fn overview(&self, at: &At) -> Result<Html, SourceError> {
+        let report = self.source.slo_report(&self.catalog, at.ms)?;
+        let sparks = views::sparks(&self.spark_reports(at.ms)?);
+        let table = self.table(at, SortKey::default())?;
+        let health = self.metrics.as_deref().map(health_of);
+        Ok(views::overview(
+            &report,
+            &sparks,
+            &views::age(self.spark_span_ms()),
+            health.as_ref(),
+            Newest::of(&table),
+            at,
+        ))
+    }
+
+    fn machines(&self, at: &At, sort: SortKey) -> Result<Html, SourceError> {
+        let table = self.table(at, sort)?;
+        Ok(views::machines(
+            &table,
+            sort,
+            at,
+            &edgewatch_proto::tier::NAMES,
+        ))
+    }
+
+    fn machine(&self, at: &At, id: &str) -> Result<Html, SourceError> {
+        let query = self.query(at);
+        let set = self.source.fleet_set(&fleet::detail_needs(&query, id))?;
+        let detail = fleet::detail(&set, &query, id, fleet::DEFAULT_DETAIL_BUCKETS);
+        Ok(views::machine(&detail, at, &edgewatch_proto::tier::NAMES))
+    }
+
+    fn rollouts(&self, at: &At) -> Result<Html, SourceError> {
+        let table = self.table(at, SortKey::Machine)?;
+        let report = self.source.slo_report(&self.catalog, at.ms)?;
+        Ok(views::rollouts(&table, &report, at))
+    }
+
+    fn cost(&self, at: &At) -> Result<Html, SourceError> {
+        let report = match &self.prices {
+            Some(book) => Some(self.source.cost_report(book, default_cost_period(at.ms))?),
+            None => None,
+        };
+        Ok(views::cost(report.as_ref()))
+    }
+}
+
+/// The overview's health figures from the gateway's counters.
+pub fn health_of(metrics: &Metrics) -> Health {
+    use std::sync::atomic::Ordering::Relaxed;
+    Health {
+        subscribed: metrics.subscribed.load(Relaxed) == 1,
+        last_commit_unix_s: metrics.last_commit_unix_s.load(Relaxed),
+        outbox_pending: metrics.outbox_pending.load(Relaxed),
+        dead_letters: metrics
+            .rejected
+            .iter()
+            .map(|c| c.load(Relaxed))
+            .sum::<u64>()
+            + metrics.rw_refused.load(Relaxed),
+    }
+}
+
+/// Serves the page on `listener` until the task is dropped; `clock` gives wall-clock Unix ms
+/// (the instant of a request without `?at=`).
+pub async fn serve(listener: tokio::net::TcpListener, page: Arc<Page>, clock: fn() -> i64) {
+    http::serve(listener, move |request: Request| {
+        let page = Arc::clone(&page);
+        async move {
+            let now_ms = clock();
+            tokio::task::spawn_blocking(move || page.handle(&request, now_ms))
+                .await
+                .unwrap_or_else(|_| {
+                    Response::text("500 Internal Server Error", "the page failed\n")
+                })
+        }
+    })
+    .await;
+}
