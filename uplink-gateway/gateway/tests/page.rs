@@ -18,36 +18,6 @@ use edgewatch_slo::names::{label, metric};
 use fleet::*;
 use serde_json::Value;
 
-fn now_ms() -> i64 {
-    util::now_ns() / 1_000_000
-}
-
-/// `?at=` for an instant.
-fn at(ms: i64) -> String {
-    format!("at={}", format_rfc3339(ms).replace(':', "%3A"))
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    config: std::path::PathBuf,
-    story: Story,
-    page: PageServer,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store.redb");
-    let story = fill(&store, now_ms());
-    let config = config(dir.path(), &store);
-    let page = PageServer::start(&config, &[]);
-    Fixture {
-        _dir: dir,
-        config,
-        story,
-        page,
-    }
-}
-
 const VIEWS: [&str; 6] = [
     "/",
     "/machines",

@@ -94,6 +94,9 @@ impl Page {
                 views::STYLESHEET.to_owned(),
             );
         }
+        if request.path == views::ICON_PATH || request.path == "/favicon.ico" {
+            return respond("200 OK", "image/svg+xml", views::ICON.to_owned());
+        }
         let path = request.path.as_str();
         let given = request.param("at").filter(|t| !t.is_empty());
         let at = match &given {

@@ -53,6 +53,14 @@ svg{vertical-align:middle}\
 /// Where the stylesheet is served.
 pub const STYLESHEET_PATH: &str = "/style.css";
 
+/// The page's icon (browsers ask for one; a 404 would be a console error).
+pub const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#1d2329\"/>\
+<polyline points=\"2,11 6,7 9,9 14,3\" fill=\"none\" stroke=\"#cfe3ff\" stroke-width=\"2\"/></svg>\n";
+
+/// Where the icon is served.
+pub const ICON_PATH: &str = "/favicon.svg";
+
 /// Points of each burn-rate sparkline.
 pub const SPARK_POINTS: usize = 12;
 
@@ -125,6 +133,8 @@ pub fn document(title: &str, view: Option<View>, at: &At, path: &str, body: &Htm
         .text(title)
         .raw(" · edgewatch</title><link rel=\"stylesheet\" href=\"")
         .raw(STYLESHEET_PATH)
+        .raw("\"><link rel=\"icon\" type=\"image/svg+xml\" href=\"")
+        .raw(ICON_PATH)
         .raw("\"></head><body><header><strong>edgewatch fleet</strong><nav>");
     for (v, href, name) in VIEWS {
         h.raw("<a href=\"").text(&at.link(href, &[])).raw("\"");

@@ -2,6 +2,9 @@
 //! times the test chooses (so every instant and every state is known exactly), and the page
 //! served from it by the real binary (`edgewatch-gateway page`).
 
+// Shared by the page tests over HTTP and in the browser; each uses a part.
+#![allow(dead_code)]
+
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -336,4 +339,38 @@ pub fn attributes(html: &str, name: &str) -> Vec<String> {
             unescape(&rest[..rest.find('"').unwrap()])
         })
         .collect()
+}
+
+pub fn now_ms() -> i64 {
+    crate::util::now_ns() / 1_000_000
+}
+
+/// `at=` of a query string for an instant.
+pub fn at(ms: i64) -> String {
+    format!(
+        "at={}",
+        edgewatch_slo::format_rfc3339(ms).replace(':', "%3A")
+    )
+}
+
+/// The story's store, its configuration and its page being served.
+pub struct Fixture {
+    _dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub story: Story,
+    pub page: PageServer,
+}
+
+pub fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.redb");
+    let story = fill(&store, now_ms());
+    let config = config(dir.path(), &store);
+    let page = PageServer::start(&config, &[]);
+    Fixture {
+        _dir: dir,
+        config,
+        story,
+        page,
+    }
 }
