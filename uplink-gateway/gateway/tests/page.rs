@@ -390,3 +390,90 @@ fn label_values_of_a_crafted_store_are_shown_as_text() {
     assert!(machines.contains("a&amp;b&#39;c"));
     assert_eq!(attributes(&machines, "data-machine"), [machine]);
 }
+
+#[test]
+fn the_cost_view_shows_the_report_of_the_same_days_per_class_site_and_version() {
+    let f = fixture();
+    let instant = f.story.end;
+    let day = edgewatch_slo::MS_PER_DAY;
+    let midnight = instant.div_euclid(day) * day;
+    let (from, to) = (
+        format_rfc3339(midnight - 29 * day)[..10].to_owned(),
+        format_rfc3339(midnight + day)[..10].to_owned(),
+    );
+    let html = get(f.page.addr, &format!("/cost?{}", at(instant)));
+    assert!(
+        html.contains(&format!("UTC days from {from}T00:00:00Z to {to}T00:00:00Z")),
+        "{html}"
+    );
+    let report: Value = serde_json::from_str(&command(
+        &f.config,
+        &[
+            "report",
+            "--json",
+            "--at",
+            &format_rfc3339(instant),
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ],
+    ))
+    .unwrap();
+    let lines = report["cost"]["lines"].as_array().unwrap();
+    assert!(!lines.is_empty());
+    for (by, key) in [
+        (
+            "class",
+            &(|l: &Value| l["machine_class"].as_str().unwrap().to_owned())
+                as &dyn Fn(&Value) -> String,
+        ),
+        ("site", &|l: &Value| l["site"].as_str().unwrap().to_owned()),
+        ("model_version", &|l: &Value| {
+            format!(
+                "{} {}",
+                l["model"].as_str().unwrap(),
+                l["model_version"].as_str().unwrap()
+            )
+        }),
+    ] {
+        // The report's lines summed per (day, key), in the report's order, as the page must.
+        let mut expected: std::collections::BTreeMap<(i64, String), (f64, f64)> =
+            Default::default();
+        for l in lines {
+            let total = l["amortization"].as_f64().unwrap()
+                + l["energy"].as_f64().unwrap()
+                + l["cloud_inference"].as_f64().unwrap()
+                + l["training"].as_f64().unwrap();
+            let cell = expected
+                .entry((l["day_start_ms"].as_i64().unwrap(), key(l)))
+                .or_default();
+            cell.0 += total;
+            cell.1 += l["autonomous_hours"].as_f64().unwrap();
+        }
+        let start = html.find(&format!("<table data-by=\"{by}\">")).unwrap();
+        let table = &html[start..start + html[start..].find("</table>").unwrap()];
+        let rows: Vec<&str> = table.split("<tr>").skip(2).collect();
+        assert_eq!(rows.len(), expected.len(), "{by}");
+        for (row, ((day_ms, name), (total, hours))) in rows.iter().zip(expected.iter().rev()) {
+            assert!(
+                row.starts_with(&format!(
+                    "<td>{}</td><td>{}</td>",
+                    &format_rfc3339(*day_ms)[..10],
+                    name
+                )),
+                "{row}"
+            );
+            let values = attributes(&format!(" {row}"), "data-value");
+            assert_eq!(values[0].parse::<f64>().unwrap(), *hours, "{by} {name}");
+            assert_eq!(values[1].parse::<f64>().unwrap(), *total, "{by} {name}");
+            if *hours > 0.0 {
+                assert_eq!(
+                    values[2].parse::<f64>().unwrap(),
+                    total / hours,
+                    "{by} {name}"
+                );
+            }
+        }
+    }
+}

@@ -238,10 +238,19 @@ impl Page {
         let sparks = views::sparks(&self.spark_reports(at.ms)?);
         let table = self.table(at, SortKey::default())?;
         let health = self.metrics.as_deref().map(health_of);
+        let span = self
+            .catalog
+            .alert_windows
+            .iter()
+            .max_by_key(|w| w.long_ms)
+            .map_or_else(
+                || "1h".to_owned(),
+                |w| w.label().split('/').next().unwrap_or_default().to_owned(),
+            );
         Ok(views::overview(
             &report,
             &sparks,
-            &views::age(self.spark_span_ms()),
+            &span,
             health.as_ref(),
             Newest::of(&table),
             at,
@@ -273,11 +282,21 @@ impl Page {
 
     fn cost(&self, at: &At) -> Result<Html, SourceError> {
         let report = match &self.prices {
-            Some(book) => Some(self.source.cost_report(book, default_cost_period(at.ms))?),
+            Some(book) => Some(self.source.cost_report(book, cost_period(at.ms))?),
             None => None,
         };
         Ok(views::cost(report.as_ref()))
     }
+}
+
+/// The cost view's period: the [`crate::source::DEFAULT_COST_DAYS`] UTC days up to and including
+/// the day of `at_ms` (so today, so far, is on the page; `report`'s default period ends at the
+/// midnight before).
+pub fn cost_period(at_ms: i64) -> edgewatch_slo::Period {
+    let mut period = default_cost_period(at_ms);
+    period.start_ms += edgewatch_slo::MS_PER_DAY;
+    period.end_ms += edgewatch_slo::MS_PER_DAY;
+    period
 }
 
 /// The overview's health figures from the gateway's counters.

@@ -793,7 +793,10 @@ pub fn rollouts(table: &FleetTable, report: &SloReport, at: &At) -> Html {
             .raw("\"><h2>")
             .text(&format!("{model} {version}"))
             .raw("</h2><p>")
-            .text(&format!("{} machines running it", machines.len()));
+            .text(&match machines.len() {
+                1 => "1 machine running it".to_owned(),
+                n => format!("{n} machines running it"),
+            });
         let offline = machines.iter().filter(|m| m.online == Some(false)).count();
         if offline > 0 {
             h.raw(" (<span class=\"offline-tag\">")
