@@ -477,3 +477,49 @@ fn the_cost_view_shows_the_report_of_the_same_days_per_class_site_and_version() 
         }
     }
 }
+
+/// The figure of the overview's health list named `field`, as text.
+fn health(html: &str, field: &str) -> String {
+    let needle = format!("<dd data-field=\"{field}\">");
+    let start = html.find(&needle).unwrap() + needle.len();
+    let text = &html[start..start + html[start..].find("</dd>").unwrap()];
+    unescape(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_gateway_serves_the_page_from_its_own_store_with_its_health() {
+    use edgewatch_harness::mosquitto::Mosquitto;
+    let broker = Mosquitto::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = util::Gateway::start(
+        dir.path(),
+        &util::GatewaySpec::new(broker.addr(), "gw-page"),
+    );
+    let before = get(gateway.page, "/");
+    assert!(
+        health(&before, "subscribed").contains(">subscribed<"),
+        "{before}"
+    );
+    assert_eq!(health(&before, "dead_letters"), "0 since start");
+    assert_eq!(health(&before, "outbox"), "0 pending");
+    let sent = util::now_ns() - util::HOUR_NS;
+    let messages = vec![
+        util::message(&util::slo_batch("truck-17", 1, 1, 3, sent)),
+        (
+            "edgewatch/v1/pit-3/truck-17/slo".to_owned(),
+            b"not zstd".to_vec(),
+        ),
+    ];
+    util::publish_all(broker.addr(), "agent-page", &messages).await;
+    gateway.wait_metric("edgewatch_gateway_messages_acked_total", |v| v == 2.0);
+    // What was just committed is on the page at once: it reads the store the ingest path writes.
+    let after = get(gateway.page, "/");
+    assert_eq!(health(&after, "dead_letters"), "1 since start");
+    let machines = get(gateway.page, "/machines");
+    assert_eq!(attributes(&machines, "data-machine"), ["truck-17"]);
+    let newest = health(&after, "newest_event");
+    assert!(
+        newest.starts_with(&format_rfc3339((sent + 2 * 10_000_000_000) / 1_000_000)),
+        "{newest}"
+    );
+}
