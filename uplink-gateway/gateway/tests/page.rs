@@ -523,3 +523,71 @@ async fn the_running_gateway_serves_the_page_from_its_own_store_with_its_health(
         "{newest}"
     );
 }
+
+/// `(field, exact value)` of every figure of every overview row, in order.
+fn all_figures(html: &str) -> Vec<Vec<(String, String)>> {
+    (0..)
+        .take_while(|i| html.contains(&format!("<tr data-row=\"{i}\">")))
+        .map(|i| row_figures(html, i))
+        .collect()
+}
+
+#[test]
+fn from_prometheus_the_page_shows_what_it_shows_from_the_store() {
+    let prometheus = edgewatch_harness::prometheus::Prometheus::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.redb");
+    let story = fill_and_write(&store, now_ms(), Some(&prometheus.remote_write_url()));
+    let config = config(dir.path(), &store);
+    let from_store = PageServer::start(&config, &[]);
+    let url = prometheus.base_url();
+    let from_prometheus = PageServer::start(&config, &["--prometheus", &url]);
+    for instant in [story.before(), story.during(), story.after()] {
+        let q = at(instant);
+        let store_overview = get(from_store.addr, &format!("/?{q}"));
+        let prometheus_overview = get(from_prometheus.addr, &format!("/?{q}"));
+        let figures = all_figures(&prometheus_overview);
+        assert!(figures.len() >= 4, "{prometheus_overview}");
+        assert_eq!(figures, all_figures(&store_overview), "at {instant}");
+        // And they are `report --json --prometheus`'s.
+        let report: Value = serde_json::from_str(&command(
+            &config,
+            &[
+                "report",
+                "--json",
+                "--at",
+                &format_rfc3339(instant),
+                "--prometheus",
+                &url,
+            ],
+        ))
+        .unwrap();
+        for (row, expected) in figures
+            .iter()
+            .zip(report["slo"]["rows"].as_array().unwrap())
+        {
+            let value = |field: &str| {
+                row.iter()
+                    .find(|(f, _)| f == field)
+                    .map(|(_, v)| v.parse::<f64>().unwrap())
+            };
+            assert_eq!(value("compliance"), expected["compliance"].as_f64());
+            assert_eq!(
+                value("budget_remaining"),
+                expected["budget_remaining"].as_f64()
+            );
+        }
+        for view in [
+            "/machines?sort=machine&",
+            "/rollouts?",
+            "/machines/truck-18?",
+        ] {
+            let target = format!("{view}{q}");
+            assert_eq!(
+                get(from_store.addr, &target),
+                get(from_prometheus.addr, &target),
+                "{target}"
+            );
+        }
+    }
+}

@@ -11,8 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use edgewatch_gateway::config::IngestConfig;
+use std::sync::atomic::AtomicBool;
+
+use edgewatch_gateway::config::{IngestConfig, RemoteWriteConfig};
 use edgewatch_gateway::ingest::{Incoming, Ingestor};
+use edgewatch_gateway::metrics::Metrics;
+use edgewatch_gateway::remote_write::RemoteWriter;
+use edgewatch_gateway::run::deliver_outbox;
 use edgewatch_gateway::store::Store;
 use edgewatch_proto::topic::status_topic;
 use edgewatch_proto::v1::{
@@ -152,14 +157,23 @@ fn status(machine: &str, online: bool, time_ms: i64) -> (String, Vec<u8>) {
 /// again at `online_again`, sending nothing between; truck-19 reported once, at the start.
 /// Each message arrives 1 s after its events.
 pub fn fill(path: &Path, now_ms: i64) -> Story {
+    fill_and_write(path, now_ms, None)
+}
+
+/// [`fill`], and with `remote_write` (a Prometheus remote-write URL) every committed sample also
+/// delivered there, as the running gateway does.
+pub fn fill_and_write(path: &Path, now_ms: i64, remote_write: Option<&str>) -> Story {
     let base = (now_ms - 2 * 24 * HOUR_MS).div_euclid(HOUR_MS) * HOUR_MS;
     let story = Story {
         offline: base + 4 * HOUR_MS,
         online_again: base + 6 * HOUR_MS,
         end: base + 8 * HOUR_MS,
     };
-    let mut ingestor =
-        Ingestor::new(Store::open_path(path).unwrap(), IngestConfig::default()).unwrap();
+    let config = IngestConfig {
+        remote_write_max_age: remote_write.map(|_| Duration::from_secs(30 * 86_400)),
+        ..IngestConfig::default()
+    };
+    let mut ingestor = Ingestor::new(Store::open_path(path).unwrap(), config).unwrap();
     let mut ingest = |messages: &[(String, Vec<u8>)], arrival_ms: i64| {
         let incoming: Vec<Incoming<'_>> = messages
             .iter()
@@ -198,6 +212,26 @@ pub fn fill(path: &Path, now_ms: i64) -> Story {
         &[message(&batch("truck-19", 1, Tier::Slo, events))],
         base + 1000,
     );
+    if let Some(url) = remote_write {
+        let writer = RemoteWriter::new(RemoteWriteConfig {
+            url: url.to_owned(),
+            timeout: Duration::from_secs(10),
+            max_sample_age: Duration::from_secs(30 * 86_400),
+            min_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(500),
+            headers: Vec::new(),
+        });
+        let metrics = Metrics::default();
+        assert!(ingestor.store().outbox_len().unwrap() > 0);
+        deliver_outbox(ingestor.store(), &writer, &AtomicBool::new(false), &metrics).unwrap();
+        assert_eq!(ingestor.store().outbox_len().unwrap(), 0);
+        let refused = ingestor.store().dead_letters().unwrap();
+        assert!(
+            refused.is_empty(),
+            "{:?}",
+            refused.iter().map(|d| &d.reason).collect::<Vec<_>>()
+        );
+    }
     story
 }
 
