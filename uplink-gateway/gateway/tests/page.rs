@@ -192,6 +192,14 @@ fn the_overview_shows_exactly_the_figures_of_report_json_at_the_same_instant() {
             compared += 3;
         }
         assert!(compared > 20);
+        if instant == f.story.end {
+            assert!(
+                rows.iter()
+                    .any(|r| r["incomplete"].as_u64().is_some_and(|n| n > 0)),
+                "the refused event makes rows incomplete: {report:#}"
+            );
+            assert!(html.contains("incomplete: "));
+        }
     }
 }
 
