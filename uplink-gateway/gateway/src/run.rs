@@ -112,12 +112,12 @@ pub async fn start_page(
             source,
         })?;
     let addr = listener.local_addr().unwrap_or(http.listen);
-    let page = crate::page::Page {
+    let page = crate::page::Page::new(
         source,
-        catalog: config.catalog.clone(),
-        prices: config.prices.clone(),
+        config.catalog.clone(),
+        config.prices.clone(),
         metrics,
-    };
+    );
     tracing::info!(%addr, "Serving the fleet page.");
     Ok(Some(tokio::spawn(crate::page::serve(
         listener,

@@ -43,16 +43,23 @@ pub const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("Cache-Control", "no-store"),
 ];
 
+/// How long the sparklines' past points are reused before they are read again: a page refreshed
+/// every second then costs one SLO report per refresh, not thirteen, and data arriving late
+/// (a machine back from a partition) shows in the past points within this time.
+pub const SPARK_REUSE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What the page reads and how.
 pub struct Page {
     /// Where samples come from.
-    pub source: Source,
+    source: Source,
     /// The SLO catalog of the overview and the rollouts.
-    pub catalog: Catalog,
+    catalog: Catalog,
     /// The price book of the cost view, when configured.
-    pub prices: Option<PriceBook>,
+    prices: Option<PriceBook>,
     /// The ingesting gateway's counters, when this process is that gateway.
-    pub metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<Metrics>>,
+    /// The sparklines' past points: their grid instant, when they were computed, the reports.
+    sparks: std::sync::Mutex<Option<(i64, std::time::Instant, Arc<Vec<SloReport>>)>>,
 }
 
 fn respond(status: &'static str, content_type: &str, body: String) -> Response {
@@ -84,6 +91,22 @@ fn html_page(
 }
 
 impl Page {
+    /// The page over `source`; `metrics` when this process is the ingesting gateway.
+    pub fn new(
+        source: Source,
+        catalog: Catalog,
+        prices: Option<PriceBook>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        Self {
+            source,
+            catalog,
+            prices,
+            metrics,
+            sparks: std::sync::Mutex::new(None),
+        }
+    }
+
     /// Answers one GET or HEAD at wall-clock time `now_ms` (the instant when `?at=` is absent).
     /// Blocking: it reads the source.
     pub fn handle(&self, request: &Request, now_ms: i64) -> Response {
@@ -214,28 +237,46 @@ impl Page {
             .unwrap_or(3_600_000)
     }
 
-    /// The SLO report at [`views::SPARK_POINTS`] instants over the span ending at `at` (oldest
-    /// first), from one read of the needs widened by the span.
-    fn spark_reports(&self, at_ms: i64) -> Result<Vec<SloReport>, SourceError> {
+    /// The SLO reports of the sparklines' past points, oldest first: at the
+    /// [`views::SPARK_POINTS`]` − 1` instants of a grid of step `span / (points − 1)` at or before
+    /// `at_ms` (so they stay the same while `at` moves within a step), from one read of the needs
+    /// widened by the span; reused for [`SPARK_REUSE`]. The newest point is the overview's own
+    /// report at `at`.
+    fn spark_reports(&self, at_ms: i64) -> Result<Arc<Vec<SloReport>>, SourceError> {
         let span = self.spark_span_ms();
-        let needs = edgewatch_slo::required_series(&self.catalog, at_ms);
+        let past = (views::SPARK_POINTS - 1) as i64;
+        let step = (span / past).max(1);
+        let grid = at_ms.div_euclid(step) * step;
+        if let Ok(cache) = self.sparks.lock()
+            && let Some((at, computed, reports)) = cache.as_ref()
+            && *at == grid
+            && computed.elapsed() < SPARK_REUSE
+        {
+            return Ok(Arc::clone(reports));
+        }
+        let needs = edgewatch_slo::required_series(&self.catalog, grid);
         let set = self.source.series_set(
             needs
                 .iter()
                 .map(|n| (n.metric, n.range_ms + span, n.end_ms)),
         )?;
-        let last = (views::SPARK_POINTS - 1) as i64;
-        Ok((0..=last)
-            .map(|i| {
-                let t = at_ms - span + span * i / last;
-                edgewatch_slo::evaluate(&self.catalog, &set, t)
-            })
-            .collect())
+        let reports = Arc::new(
+            (0..past)
+                .rev()
+                .map(|k| edgewatch_slo::evaluate(&self.catalog, &set, grid - k * step))
+                .collect::<Vec<_>>(),
+        );
+        if let Ok(mut cache) = self.sparks.lock() {
+            *cache = Some((grid, std::time::Instant::now(), Arc::clone(&reports)));
+        }
+        Ok(reports)
     }
 
     fn overview(&self, at: &At) -> Result<Html, SourceError> {
         let report = self.source.slo_report(&self.catalog, at.ms)?;
-        let sparks = views::sparks(&self.spark_reports(at.ms)?);
+        let mut points: Vec<SloReport> = self.spark_reports(at.ms)?.as_ref().clone();
+        points.push(report.clone());
+        let sparks = views::sparks(&points);
         let table = self.table(at, SortKey::default())?;
         let health = self.metrics.as_deref().map(health_of);
         let span = self
