@@ -58,9 +58,12 @@ pub struct Page {
     prices: Option<PriceBook>,
     /// The ingesting gateway's counters, when this process is that gateway.
     metrics: Option<Arc<Metrics>>,
-    /// The sparklines' past points: their grid instant, when they were computed, the reports.
-    sparks: std::sync::Mutex<Option<(i64, std::time::Instant, Arc<Vec<SloReport>>)>>,
+    /// The sparklines' past points, once computed.
+    sparks: std::sync::Mutex<Option<SparkPoints>>,
 }
+
+/// The sparklines' past points: their grid instant, when they were computed, the reports.
+type SparkPoints = (i64, std::time::Instant, Arc<Vec<SloReport>>);
 
 fn respond(status: &'static str, content_type: &str, body: String) -> Response {
     let mut headers: Vec<(&'static str, String)> = SECURITY_HEADERS
