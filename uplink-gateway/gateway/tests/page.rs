@@ -520,11 +520,28 @@ async fn the_running_gateway_serves_the_page_from_its_own_store_with_its_health(
     ];
     util::publish_all(broker.addr(), "agent-page", &messages).await;
     gateway.wait_metric("edgewatch_gateway_messages_acked_total", |v| v == 2.0);
-    // What was just committed is on the page at once: it reads the store the ingest path writes.
-    let after = get(gateway.page, "/");
-    assert_eq!(health(&after, "dead_letters"), "1 since start");
-    let machines = get(gateway.page, "/machines");
+    // What was just committed is on the page once its answer for "now" is no longer reused
+    // (NOW_REUSE after the first): it reads the store the ingest path writes. With `?at=`, at
+    // once.
+    let q = at(now_ms());
+    let machines = get(gateway.page, &format!("/machines?{q}"));
     assert_eq!(attributes(&machines, "data-machine"), ["truck-17"]);
+    assert!(
+        get(gateway.page, &format!("/?{q}"))
+            .contains("<dd data-field=\"dead_letters\">1 since start")
+    );
+    let deadline = std::time::Instant::now() + edgewatch_gateway::page::NOW_REUSE * 2;
+    let after = loop {
+        let after = get(gateway.page, "/");
+        if health(&after, "dead_letters") == "1 since start" {
+            break after;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never updated: {after}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     let newest = health(&after, "newest_event");
     assert!(
         newest.starts_with(&format_rfc3339((sent + 2 * 10_000_000_000) / 1_000_000)),

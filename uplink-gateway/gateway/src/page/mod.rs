@@ -48,6 +48,15 @@ pub const SECURITY_HEADERS: [(&str, &str); 4] = [
 /// (a machine back from a partition) shows in the past points within this time.
 pub const SPARK_REUSE: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a view asked for without `?at=` (the instant "now") is answered again as it was:
+/// a page refreshed every second then reads and computes once per this time, not once per
+/// refresh, and the ingest path keeps its rate (docs/benchmarks.md, "Fleet page"). The answer
+/// says the instant it is of.
+pub const NOW_REUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A view answered for "now": its instant, when, and the answer.
+type NowAnswer = (i64, std::time::Instant, &'static str, Option<View>, Html);
+
 /// What the page reads and how.
 pub struct Page {
     /// Where samples come from.
@@ -60,6 +69,9 @@ pub struct Page {
     metrics: Option<Arc<Metrics>>,
     /// The sparklines' past points, once computed.
     sparks: std::sync::Mutex<Option<SparkPoints>>,
+    /// The latest answer for "now" of each view and order (not machine details: their number
+    /// grows with the fleet), keyed by path and `?sort=`.
+    now_answers: std::sync::Mutex<std::collections::HashMap<String, NowAnswer>>,
 }
 
 /// The sparklines' past points: their grid instant, when they were computed, the reports.
@@ -107,6 +119,7 @@ impl Page {
             prices,
             metrics,
             sparks: std::sync::Mutex::new(None),
+            now_answers: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -154,6 +167,26 @@ impl Page {
                 ms: now_ms,
             },
         };
+        // "Now" (no `?at=`) of a view other than a machine's detail: reuse a recent answer.
+        // Keys stay few: the views, and the machines table's valid orders (an invalid one is
+        // refused before any answer is kept).
+        let reuse_key = (given.is_none() && !path.starts_with("/machines/")).then(|| {
+            match (path, request.param("sort")) {
+                ("/machines", Some(sort)) => format!("{path}?{sort}"),
+                _ => path.to_owned(),
+            }
+        });
+        if let Some(key) = &reuse_key
+            && let Ok(answers) = self.now_answers.lock()
+            && let Some((ms, computed, title, view, body)) = answers.get(key)
+            && computed.elapsed() < NOW_REUSE
+        {
+            let at = At {
+                given: None,
+                ms: *ms,
+            };
+            return html_page("200 OK", title, *view, &at, path, body);
+        }
         let result = match path {
             "/" => self
                 .overview(&at)
@@ -202,7 +235,15 @@ impl Page {
             },
         };
         match result {
-            Ok((title, view, body)) => html_page("200 OK", title, view, &at, path, &body),
+            Ok((title, view, body)) => {
+                let response = html_page("200 OK", title, view, &at, path, &body);
+                if let Some(key) = reuse_key
+                    && let Ok(mut answers) = self.now_answers.lock()
+                {
+                    answers.insert(key, (at.ms, std::time::Instant::now(), title, view, body));
+                }
+                response
+            }
             Err(error) => {
                 tracing::warn!(%error, path, "The fleet page could not read its samples.");
                 html_page(
