@@ -33,9 +33,9 @@ const MACHINES: u64 = 2_000;
 /// Ten-minute steps of history per machine before the measurements.
 const STEPS: u64 = 6;
 const RENDERS: usize = 7;
-const PAIRS: usize = 5;
+const PAIRS: usize = 7;
 /// Messages ingested per run of the paired measurement.
-const RUN_MESSAGES: u64 = 6_000;
+const RUN_MESSAGES: u64 = 30_000;
 const GROUP: usize = 64;
 const MINUTE_MS: i64 = 60_000;
 
@@ -303,8 +303,11 @@ fn main() {
                     write!(stream, "GET / HTTP/1.1\r\nHost: bench\r\n\r\n").unwrap();
                     let mut body = Vec::new();
                     stream.read_to_end(&mut body).unwrap();
-                    assert!(body.starts_with(b"HTTP/1.1 200 OK"));
-                    served += 1;
+                    if body.starts_with(b"HTTP/1.1 200 OK") {
+                        served += 1;
+                    } else {
+                        println!("  an overview was not answered 200 within the deadline");
+                    }
                     if let Some(rest) = Duration::from_secs(1).checked_sub(t.elapsed()) {
                         std::thread::sleep(rest);
                     }

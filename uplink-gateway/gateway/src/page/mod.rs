@@ -13,9 +13,9 @@
 //!   `report --json`, so the page and the report give the same numbers for the same `?at=`.
 //! - Every response carries [`SECURITY_HEADERS`]: a CSP that allows no script, no frame, no
 //!   external asset, only the same-origin stylesheet.
-//! - Reads and rendering run on one thread of their own at a lower priority (the store and the
-//!   Prometheus client block), never on the tasks that accept connections nor on the ingest
-//!   path's threads: requests wait their turn, the page never takes more than one core.
+//! - Reads and rendering run on one thread of their own (the store and the Prometheus client
+//!   block), never on the tasks that accept connections nor on the ingest path's threads:
+//!   requests wait their turn, the page never takes more than one core.
 
 pub mod html;
 pub mod views;
@@ -401,22 +401,17 @@ pub fn health_of(metrics: &Metrics) -> Health {
     }
 }
 
-/// Nice value of the page's render thread: below the ingest path's, so that under CPU
-/// contention the page waits and ingest (and so the acknowledgements) does not.
-pub const RENDER_NICENESS: i32 = 10;
-
 /// A request for the render thread: the request, its instant "now", where to answer.
 type RenderJob = (Request, i64, tokio::sync::oneshot::Sender<Response>);
 
 /// Serves the page on `listener` until the task is dropped; `clock` gives wall-clock Unix ms
-/// (the instant of a request without `?at=`). Every answer is computed on one thread of its own
-/// at [`RENDER_NICENESS`]: the page never takes more than one core, and yields it to ingest.
+/// (the instant of a request without `?at=`). Every answer is computed on one thread of its own:
+/// the page never takes more than one core, nor a thread of the ingest path's pool.
 pub async fn serve(listener: tokio::net::TcpListener, page: Arc<Page>, clock: fn() -> i64) {
     let (jobs, queue) = std::sync::mpsc::channel::<RenderJob>();
     let render = std::thread::Builder::new()
         .name("fleet-page".to_owned())
         .spawn(move || {
-            lower_priority();
             // Ends when `serve` is dropped (the last sender goes).
             for (request, now_ms, answer) in queue {
                 let _ = answer.send(page.handle(&request, now_ms));
@@ -444,20 +439,4 @@ pub async fn serve(listener: tokio::net::TcpListener, page: Arc<Page>, clock: fn
         }
     })
     .await;
-}
-
-/// Lowers the calling thread's scheduling priority to [`RENDER_NICENESS`] (Linux: per thread).
-fn lower_priority() {
-    // SAFETY: gettid(2) and setpriority(2) take and return plain integers; on Linux a thread id
-    // with PRIO_PROCESS names this thread only.
-    let result = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, RENDER_NICENESS)
-    };
-    if result != 0 {
-        tracing::warn!(
-            error = %std::io::Error::last_os_error(),
-            "The fleet page's render thread keeps the default priority."
-        );
-    }
 }
