@@ -616,3 +616,25 @@ fn from_prometheus_the_page_shows_what_it_shows_from_the_store() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_stopped_after_serving_the_page_leaves_its_store_closed_cleanly() {
+    // The page holds the store the ingest path writes; a store not closed when the gateway
+    // stops needs a repair that a read-only open (report, page) cannot make.
+    use edgewatch_harness::mosquitto::Mosquitto;
+    let broker = Mosquitto::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gateway = util::Gateway::start(
+        dir.path(),
+        &util::GatewaySpec::new(broker.addr(), "gw-close"),
+    );
+    let sent = util::now_ns() - util::HOUR_NS;
+    let messages = vec![util::message(&util::slo_batch("truck-17", 1, 1, 3, sent))];
+    util::publish_all(broker.addr(), "agent-close", &messages).await;
+    gateway.wait_metric("edgewatch_gateway_messages_acked_total", |v| v == 1.0);
+    for view in ["/", "/machines", "/machines/truck-17", "/rollouts", "/cost"] {
+        get(gateway.page, view);
+    }
+    gateway.stop();
+    Store::open_read_only(&gateway.store_path()).unwrap();
+}

@@ -13,9 +13,9 @@
 //!   `report --json`, so the page and the report give the same numbers for the same `?at=`.
 //! - Every response carries [`SECURITY_HEADERS`]: a CSP that allows no script, no frame, no
 //!   external asset, only the same-origin stylesheet.
-//! - Reads and rendering run on one thread of their own (the store and the Prometheus client
-//!   block), never on the tasks that accept connections nor on the ingest path's threads:
-//!   requests wait their turn, the page never takes more than one core.
+//! - Reads and rendering run on tokio's blocking pool one request at a time (the store and the
+//!   Prometheus client block), never on the tasks that accept connections: requests wait their
+//!   turn, the page never takes more than one core.
 
 pub mod html;
 pub mod views;
@@ -401,41 +401,25 @@ pub fn health_of(metrics: &Metrics) -> Health {
     }
 }
 
-/// A request for the render thread: the request, its instant "now", where to answer.
-type RenderJob = (Request, i64, tokio::sync::oneshot::Sender<Response>);
-
 /// Serves the page on `listener` until the task is dropped; `clock` gives wall-clock Unix ms
-/// (the instant of a request without `?at=`). Every answer is computed on one thread of its own:
-/// the page never takes more than one core, nor a thread of the ingest path's pool.
+/// (the instant of a request without `?at=`). Answers are computed on tokio's blocking pool one
+/// at a time: the page never takes more than one core. (The page holds the store; on the pool,
+/// it is dropped with the runtime, so the store closes cleanly when the gateway stops.)
 pub async fn serve(listener: tokio::net::TcpListener, page: Arc<Page>, clock: fn() -> i64) {
-    let (jobs, queue) = std::sync::mpsc::channel::<RenderJob>();
-    let render = std::thread::Builder::new()
-        .name("fleet-page".to_owned())
-        .spawn(move || {
-            // Ends when `serve` is dropped (the last sender goes).
-            for (request, now_ms, answer) in queue {
-                let _ = answer.send(page.handle(&request, now_ms));
-            }
-        });
-    if let Err(error) = render {
-        tracing::error!(%error, "The fleet page's render thread did not start; no page.");
-        return;
-    }
-    let jobs = Arc::new(std::sync::Mutex::new(jobs));
+    let one_at_a_time = Arc::new(tokio::sync::Semaphore::new(1));
     http::serve(listener, move |request: Request| {
-        let jobs = Arc::clone(&jobs);
+        let page = Arc::clone(&page);
+        let one_at_a_time = Arc::clone(&one_at_a_time);
         async move {
-            let (answer, answered) = tokio::sync::oneshot::channel();
-            let queued = jobs
-                .lock()
-                .map(|jobs| jobs.send((request, clock(), answer)).is_ok())
-                .unwrap_or(false);
-            match queued {
-                true => answered.await.unwrap_or_else(|_| {
+            let Ok(_turn) = one_at_a_time.acquire_owned().await else {
+                return Response::text("503 Service Unavailable", "the page is stopping\n");
+            };
+            let now_ms = clock();
+            tokio::task::spawn_blocking(move || page.handle(&request, now_ms))
+                .await
+                .unwrap_or_else(|_| {
                     Response::text("500 Internal Server Error", "the page failed\n")
-                }),
-                false => Response::text("503 Service Unavailable", "the page is stopping\n"),
-            }
+                })
         }
     })
     .await;
