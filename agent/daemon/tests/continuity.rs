@@ -148,7 +148,7 @@ impl Rig {
             &gateway_config,
             format!(
                 "[mqtt]\nhost = \"127.0.0.1\"\nport = {}\nclient_id = \"gw-continuity\"\n\
-                 [ingest]\n[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n",
+                 [ingest]\n[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n[http]\nenabled = false\n",
                 broker.port(),
                 store.display()
             ),

@@ -268,6 +268,8 @@ pub struct GatewaySettings {
     pub broker: SocketAddr,
     /// Where `/metrics` listens.
     pub metrics: SocketAddr,
+    /// Where the fleet page listens.
+    pub page: SocketAddr,
     /// The store file.
     pub store: PathBuf,
     /// The UTC days the run touches: (midnight in Unix ms, share of the run's time in that day).
@@ -293,7 +295,8 @@ pub const INFERENCE_PER_HOUR: f64 = 0.60;
 /// Share of training per autonomous machine-hour of model version 4.3.0, USD.
 pub const TRAINING_PER_HOUR: f64 = 2.40;
 
-/// The gateway's configuration: embedded store, `/metrics`, the built-in SLO catalog and a
+/// The gateway's configuration: embedded store, `/metrics`, the fleet page, the built-in SLO
+/// catalog and a
 /// price book. The shares are sized for this run: a month's bill spread over a month of fleet
 /// hours gives a rate per autonomous machine-hour; the demo charges that rate for the hours its
 /// scripts plan, one share per UTC day the run touches (shares are spread over whole days).
@@ -314,6 +317,10 @@ path = {store}
 
 [metrics]
 listen = "{metrics}"
+
+# The fleet page (docs/gateway.md, "Fleet page"), on loopback.
+[http]
+listen = "{page}"
 
 [prices]
 currency = "USD"
@@ -346,6 +353,7 @@ energy_price_per_kwh = 0.27
         port = settings.broker.port(),
         store = toml_path(&settings.store),
         metrics = settings.metrics,
+        page = settings.page,
         inference_rate = INFERENCE_PER_HOUR,
         training_rate = TRAINING_PER_HOUR,
         fleet_hours = hours(None),
@@ -432,6 +440,7 @@ mod tests {
             &GatewaySettings {
                 broker: "127.0.0.1:1883".parse().unwrap_or_else(|e| panic!("{e}")),
                 metrics: "127.0.0.1:9464".parse().unwrap_or_else(|e| panic!("{e}")),
+                page: "127.0.0.1:9465".parse().unwrap_or_else(|e| panic!("{e}")),
                 store: PathBuf::from("/tmp/store.redb"),
                 days: days_of(20_000 * day - 30_000, 120_000),
             },

@@ -35,7 +35,8 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// After the report, keep the broker, gateway and agents running until Ctrl-C, to explore
-    /// them with `edgewatch-agent status` and `edgewatch-gateway report`.
+    /// them with the fleet page (its address is printed), `edgewatch-agent status` and
+    /// `edgewatch-gateway report`.
     #[arg(long)]
     keep: bool,
 }
@@ -195,4 +196,22 @@ fn print_outcome(outcome: &Outcome, options: &Options) {
         s.timings.drain_s,
         s.timings.report_s
     );
+    println!();
+    if outcome.kept.is_some() {
+        println!(
+            "Fleet page: {} (the gateway keeps serving it, with the broker and agents, until Ctrl-C)",
+            outcome.page_url
+        );
+    } else {
+        println!(
+            "Fleet page: {} was served while the gateway ran; --keep keeps it, or serve it from \
+             the store with:",
+            outcome.page_url
+        );
+        println!(
+            "  {} --config {} page",
+            outcome.gateway_binary.display(),
+            out.join("gateway/gateway.toml").display()
+        );
+    }
 }

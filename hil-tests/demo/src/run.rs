@@ -94,6 +94,8 @@ pub struct Outcome {
     pub report: String,
     /// The gateway binary (to re-run the report).
     pub gateway_binary: PathBuf,
+    /// The fleet page's address (served while the gateway runs: with `--keep`, until Ctrl-C).
+    pub page_url: String,
     /// With `--keep`: the fleet, still running.
     pub kept: Option<Kept>,
 }
@@ -154,6 +156,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
     ));
 
     let metrics = SocketAddr::from(([127, 0, 0, 1], edgewatch_harness::net::free_port()?));
+    let page = SocketAddr::from(([127, 0, 0, 1], edgewatch_harness::net::free_port()?));
     // Shares are priced per UTC day; the loops start within seconds and may cross midnight.
     let days = files::days_of(
         unix_ms(),
@@ -164,6 +167,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         &GatewaySettings {
             broker: broker.addr(),
             metrics,
+            page,
             store: layout.store(),
             days,
         },
@@ -177,7 +181,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         metrics,
     )?;
     say(format!(
-        "[setup] gateway subscribed; store {}",
+        "[setup] gateway subscribed; store {}; fleet page: http://{page}/",
         short(&layout.store())
     ));
 
@@ -508,6 +512,7 @@ pub fn run(options: &Options, out: &mut dyn Write) -> Result<Outcome, DemoError>
         summary,
         report,
         gateway_binary: gateway_bin.clone(),
+        page_url: format!("http://{page}/"),
         kept,
     })
 }

@@ -97,7 +97,7 @@ fn one_run(run: usize) -> (f64, u64, usize) {
         .parse()
         .unwrap();
     let config = format!(
-        "[mqtt]\nhost = \"127.0.0.1\"\nport = {}\nclient_id = \"gw-storm\"\n[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n",
+        "[mqtt]\nhost = \"127.0.0.1\"\nport = {}\nclient_id = \"gw-storm\"\n[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n[http]\nenabled = false\n",
         broker.port(),
         dir.path().join("store.redb").display()
     );

@@ -74,6 +74,12 @@ pub const DEFAULT_RW_MIN_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest retry delay.
 pub const DEFAULT_RW_MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// The fleet page's address when `[http]` does not say: loopback, so the page is seen only from
+/// the gateway's own host (or through a reverse proxy there) until an operator opens it up; the
+/// port next to `/metrics`' customary 9464.
+pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9465);
+
 /// A year: longer than any skew, gap or freshness limit worth configuring.
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 /// Ten years: longer than any retention worth configuring.
@@ -179,6 +185,9 @@ pub struct RawConfig {
     /// `[metrics]`: the gateway's own `/metrics` endpoint.
     #[serde(default)]
     pub metrics: RawMetrics,
+    /// `[http]`: the fleet page (on by default, on loopback).
+    #[serde(default)]
+    pub http: RawHttp,
     /// `[remote_write]`: optional Prometheus remote-write sink.
     pub remote_write: Option<RawRemoteWriteConfig>,
     /// `[slo]`: the SLO catalog (`docs/slo-catalog.md`); the built-in catalog when absent.
@@ -279,6 +288,19 @@ pub struct RawMetrics {
     pub listen: Option<String>,
 }
 
+/// `[http]` as written (validated into [`Config::http`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    /// `false` turns the fleet page off; default `true`.
+    pub enabled: Option<bool>,
+    /// Listen address of the fleet page, e.g. "127.0.0.1:9465" (the default).
+    pub listen: Option<String>,
+    /// Read the page's samples from this Prometheus (e.g. "http://127.0.0.1:9090") instead of the
+    /// embedded store.
+    pub prometheus: Option<String>,
+}
+
 /// `[remote_write]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -309,12 +331,53 @@ pub struct Config {
     pub store: StoreConfig,
     /// `/metrics` listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The fleet page; `None` when `[http] enabled = false`.
+    pub http: Option<HttpConfig>,
     /// Remote-write sink, when configured.
     pub remote_write: Option<RemoteWriteConfig>,
     /// The SLO catalog.
     pub catalog: edgewatch_slo::Catalog,
     /// The price book, when configured.
     pub prices: Option<edgewatch_slo::PriceBook>,
+}
+
+/// The fleet page's server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Prometheus base URL to read from instead of the embedded store.
+    pub prometheus: Option<String>,
+}
+
+impl HttpConfig {
+    /// Validates `[http]`; `None` when it is turned off.
+    pub fn from_raw(raw: &RawHttp) -> Result<Option<Self>, ConfigError> {
+        let listen = match &raw.listen {
+            None => DEFAULT_HTTP_LISTEN,
+            Some(text) => text.parse::<SocketAddr>().map_err(|_| {
+                ConfigError::new(
+                    "http.listen",
+                    format!("{text:?} is not an address:port such as 127.0.0.1:9465"),
+                )
+            })?,
+        };
+        if let Some(url) = &raw.prometheus
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "http.prometheus",
+                format!("{url:?} is not an http:// or https:// URL"),
+            ));
+        }
+        if raw.enabled == Some(false) {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            listen,
+            prometheus: raw.prometheus.clone(),
+        }))
+    }
 }
 
 /// TLS material paths.
@@ -740,6 +803,8 @@ impl Config {
             })?),
         };
 
+        let http = HttpConfig::from_raw(&raw.http)?;
+
         let catalog = match &raw.slo {
             None => edgewatch_slo::Catalog::default(),
             Some(slo) => {
@@ -759,6 +824,7 @@ impl Config {
             ingest: ingest_config,
             store: store_config,
             metrics_listen,
+            http,
             remote_write,
             catalog,
             prices,
@@ -787,6 +853,38 @@ mod tests {
         assert_eq!(config.ingest, IngestConfig::default());
         assert!(config.remote_write.is_none());
         assert!(config.metrics_listen.is_none());
+        assert_eq!(
+            config.http,
+            Some(HttpConfig {
+                listen: "127.0.0.1:9465".parse().unwrap(),
+                prometheus: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_fleet_page_turns_off_and_its_errors_name_the_key() {
+        let off = Config::from_toml(&format!("{MINIMAL}\n[http]\nenabled = false\n")).unwrap();
+        assert_eq!(off.http, None);
+        let moved = Config::from_toml(&format!(
+            "{MINIMAL}\n[http]\nlisten = \"0.0.0.0:8080\"\nprometheus = \"http://p:9090\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            moved.http,
+            Some(HttpConfig {
+                listen: "0.0.0.0:8080".parse().unwrap(),
+                prometheus: Some("http://p:9090".to_owned())
+            })
+        );
+        for (table, key) in [
+            ("listen = \"everywhere\"", "http.listen"),
+            ("prometheus = \"p:9090\"", "http.prometheus"),
+            ("port = 1", "`port`"),
+        ] {
+            let error = Config::from_toml(&format!("{MINIMAL}\n[http]\n{table}\n")).unwrap_err();
+            assert!(error.to_string().contains(key), "{error}");
+        }
     }
 
     #[test]

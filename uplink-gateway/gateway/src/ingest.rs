@@ -178,7 +178,8 @@ pub struct IngestReport {
 
 /// The ingest path over an open store.
 pub struct Ingestor {
-    store: Store,
+    /// Shared with readers in the same process (the fleet page), which only read.
+    store: std::sync::Arc<Store>,
     decoder: BatchDecoder,
     config: IngestConfig,
 }
@@ -188,7 +189,7 @@ impl Ingestor {
     pub fn new(store: Store, config: IngestConfig) -> Result<Self, DecodeError> {
         let decoder = BatchDecoder::new()?;
         Ok(Self {
-            store,
+            store: std::sync::Arc::new(store),
             decoder,
             config,
         })
@@ -197,6 +198,12 @@ impl Ingestor {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The store, for a reader in the same process (a second handle on the file would conflict
+    /// with this one's lock).
+    pub fn shared_store(&self) -> std::sync::Arc<Store> {
+        std::sync::Arc::clone(&self.store)
     }
 
     /// The configuration.

@@ -15,9 +15,13 @@
 //!   classification, blocking sender.
 //! - [`prometheus`]: reading raw samples back from a Prometheus HTTP query API.
 //! - [`source`]: raw samples for reports and the fleet view from either source, as the SLO
-//!   core's series set.
+//!   core's series set; the SLO and cost reports' one code path.
+//! - [`http`]: the one HTTP/1.1 request reader and response writer of the read-only endpoints.
 //! - [`metrics`]: the gateway's own counters and the `/metrics` HTTP endpoint.
-//! - [`run`]: the MQTT v5 session with manual acknowledgements around the ingest path.
+//! - [`page`]: the fleet page: reports rendered to HTML (pure views, one escaping function), served
+//!   read-only with a strict Content-Security-Policy.
+//! - [`run`]: the MQTT v5 session with manual acknowledgements around the ingest path, serving
+//!   `/metrics` and the fleet page beside it.
 //!
 //! Invariants:
 //! - A message is acknowledged to the broker only after its effects are committed (see [`run`]).
@@ -26,8 +30,10 @@
 
 pub mod config;
 pub mod dedup;
+pub mod http;
 pub mod ingest;
 pub mod metrics;
+pub mod page;
 pub mod prometheus;
 pub mod remote_write;
 pub mod run;

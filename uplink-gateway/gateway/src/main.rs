@@ -7,6 +7,8 @@
 //! - `fleet`: the machines table (online state, last event and arrival, backlog, losses,
 //!   throttled time, autonomous hours, model versions), or one machine's detail, from either
 //!   source, through the fleet core the fleet page shares;
+//! - `page`: the fleet page alone (read-only, no ingest), from the store beside a running
+//!   gateway or from Prometheus (`run` serves the same page itself);
 //! - `rules`: the SLO catalog as Prometheus recording and alerting rules;
 //! - `dashboards`: Grafana dashboards for the same catalog and price book, with the provisioning
 //!   files for them and their Prometheus data source;
@@ -27,12 +29,9 @@ use clap::{Parser, Subcommand};
 use edgewatch_conventions::config::{ConfigError, EXIT_BAD_CONFIG};
 use edgewatch_gateway::config::Config;
 use edgewatch_gateway::run::now_ns;
-use edgewatch_gateway::source::Source;
+use edgewatch_gateway::source::{DEFAULT_COST_DAYS, Source, default_cost_period};
 use edgewatch_gateway::store::Store;
 use edgewatch_slo::{MS_PER_DAY, Period};
-
-/// Days in the default cost period (whole UTC days ending at today's midnight).
-const DEFAULT_COST_DAYS: i64 = 30;
 
 #[derive(Parser)]
 #[command(
@@ -108,6 +107,16 @@ enum Command {
         /// One machine's detail instead of the table.
         #[arg(long, value_name = "ID")]
         machine: Option<String>,
+    },
+    /// Serve the fleet page only (read-only, no ingest), from the store beside a running
+    /// gateway or from Prometheus.
+    Page {
+        /// Read samples from this Prometheus (e.g. http://127.0.0.1:9090) instead of the store.
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<String>,
+        /// Listen address instead of `[http] listen`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
     },
     /// Print the SLO catalog as Prometheus recording and alerting rules (YAML).
     Rules,
@@ -214,10 +223,10 @@ fn main() -> ExitCode {
 fn source(config: &Config, prometheus: Option<String>) -> anyhow::Result<Source> {
     Ok(match prometheus {
         Some(url) => Source::Prometheus(url),
-        None => Source::Store(
+        None => Source::Store(std::sync::Arc::new(
             Store::open_read_only(&config.store.path)
                 .with_context(|| format!("opening the store {}", config.store.path.display()))?,
-        ),
+        )),
     })
 }
 
@@ -234,7 +243,7 @@ fn day(key: &str, text: &str) -> anyhow::Result<i64> {
 fn period(args: &PeriodArgs, now_ms: i64) -> anyhow::Result<Period> {
     let end = match &args.to {
         Some(text) => day("--to", text)?,
-        None => now_ms.div_euclid(MS_PER_DAY) * MS_PER_DAY,
+        None => default_cost_period(now_ms).end_ms,
     };
     let start = match &args.from {
         Some(text) => day("--from", text)?,
@@ -388,6 +397,45 @@ fn fleet(config: &Config, args: FleetArgs, now_ms: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `page`: the fleet page alone until SIGTERM or SIGINT.
+fn page(
+    mut config: Config,
+    prometheus: Option<String>,
+    listen: Option<String>,
+) -> anyhow::Result<()> {
+    if let Some(text) = listen {
+        let addr = text
+            .parse()
+            .map_err(|_| usage("--listen", format!("`{text}` is not an address:port")))?;
+        config.http = Some(edgewatch_gateway::config::HttpConfig {
+            listen: addr,
+            prometheus: None,
+        });
+    }
+    if config.http.is_none() {
+        return Err(usage(
+            "http.enabled",
+            "the fleet page is turned off; give --listen to serve it anyway",
+        ));
+    }
+    let prometheus = prometheus.or_else(|| config.http.as_ref().and_then(|h| h.prometheus.clone()));
+    let source = source(&config, prometheus)?;
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let task = edgewatch_gateway::run::start_page(&config, source, None).await?;
+        shutdown_signal().await;
+        if let Some(task) = task {
+            task.abort();
+        }
+        anyhow::Ok(())
+    })
+}
+
 fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let now_ms = now_ns() / 1_000_000;
     match command {
@@ -422,6 +470,7 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Page { prometheus, listen } => page(config, prometheus, listen),
         Command::Rules => {
             print!("{}", edgewatch_slo::render_rules(&config.catalog));
             Ok(())
@@ -440,19 +489,17 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
         } => {
             let at_ms = at_ms(at.as_deref(), now_ms)?;
             let source = source(&config, prometheus)?;
-            let needs = edgewatch_slo::required_series(&config.catalog, at_ms);
-            let set = source
-                .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
+            let slo = source
+                .slo_report(&config.catalog, at_ms)
                 .context("reading samples")?;
-            let slo = edgewatch_slo::evaluate(&config.catalog, &set, at_ms);
             let cost = match &config.prices {
                 Some(book) => {
                     let period = period(&period_args, at_ms)?;
-                    let needs = edgewatch_slo::cost_required_series(book, period);
-                    let set = source
-                        .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
-                        .context("reading samples")?;
-                    Some(edgewatch_slo::cost(book, &set, period))
+                    Some(
+                        source
+                            .cost_report(book, period)
+                            .context("reading samples")?,
+                    )
                 }
                 None => None,
             };
@@ -479,11 +526,9 @@ fn run(command: Command, config: Config) -> anyhow::Result<()> {
             };
             let period = period(&period_args, now_ms)?;
             let source = source(&config, prometheus)?;
-            let needs = edgewatch_slo::cost_required_series(book, period);
-            let set = source
-                .series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))
+            let report = source
+                .cost_report(book, period)
                 .context("reading samples")?;
-            let report = edgewatch_slo::cost(book, &set, period);
             let previous = match &out {
                 Some(path) if path.exists() => {
                     let text = std::fs::read_to_string(path)

@@ -4,24 +4,20 @@
 //! Invariants:
 //! - Counters only go up for the life of the process; labels come from fixed sets (rejection
 //!   reasons), never from message content.
-//! - The HTTP server reads at most [`MAX_REQUEST_HEAD`] bytes per connection, answers one request
-//!   and closes; a slow or hostile client cannot hold more than one task and a small buffer.
+//! - The HTTP server is [`crate::http`]'s: it reads at most [`http::MAX_REQUEST_HEAD`] bytes per
+//!   connection, answers one request and closes; a slow or hostile client cannot hold more than
+//!   one task and a small buffer.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use edgewatch_slo::names::refusal;
 
+use crate::http;
 use crate::ingest::IngestStats;
 use crate::validate::Rejection;
-
-/// Largest request head read by the metrics server.
-pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 macro_rules! counters {
     ($($field:ident => $name:literal, $help:literal;)*) => {
@@ -180,57 +176,28 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
+/// Serves `GET /metrics` on `listener` until the task is dropped, through the one request
+/// reader of [`crate::http`].
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    http::serve(listener, move |request: http::Request| {
         let metrics = Arc::clone(&metrics);
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &metrics)).await;
-        });
-    }
+        async move { answer(&request, &metrics) }
+    })
+    .await;
 }
 
-async fn answer(mut stream: tokio::net::TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&chunk[..read]);
-        if head.len() > MAX_REQUEST_HEAD {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "").await;
-        }
+fn answer(request: &http::Request, metrics: &Metrics) -> http::Response {
+    match request.path.as_str() {
+        "/metrics" => http::Response {
+            status: "200 OK",
+            headers: vec![(
+                "Content-Type",
+                "text/plain; version=0.0.4; charset=utf-8".to_owned(),
+            )],
+            body: metrics.render(),
+        },
+        _ => http::Response::text("404 Not Found", "not found\n"),
     }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (parts.next(), parts.next());
-    match (method, path) {
-        (Some(b"GET"), Some(b"/metrics")) => {
-            respond(&mut stream, "200 OK", &metrics.render()).await
-        }
-        (Some(b"GET"), Some(_)) => respond(&mut stream, "404 Not Found", "not found\n").await,
-        _ => respond(&mut stream, "405 Method Not Allowed", "").await,
-    }
-}
-
-async fn respond(
-    stream: &mut tokio::net::TcpStream,
-    status: &str,
-    body: &str,
-) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 /// Binds the metrics listener (so a bad address fails at start-up, not later).
@@ -241,6 +208,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn the_exposition_names_every_reason_and_adds_stats() {

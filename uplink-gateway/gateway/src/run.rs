@@ -58,6 +58,14 @@ pub enum RunError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The fleet page's listener could not be bound.
+    #[error("binding the fleet page {addr} (http.listen): {source}")]
+    PageBind {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// Shutdown was requested while a remote-write request was still being retried; it stays in
     /// the outbox and its messages stay unacknowledged.
     #[error("shutdown requested before the remote-write outbox was delivered")]
@@ -81,6 +89,41 @@ pub fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Milliseconds since the Unix epoch, now: the fleet page's instant when `?at=` is absent.
+pub fn now_ms() -> i64 {
+    now_ns() / 1_000_000
+}
+
+/// Binds the fleet page (when `[http]` is on) and serves it from `source`.
+pub async fn start_page(
+    config: &Config,
+    source: crate::source::Source,
+    metrics: Option<Arc<Metrics>>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, RunError> {
+    let Some(http) = &config.http else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(http.listen)
+        .await
+        .map_err(|source| RunError::PageBind {
+            addr: http.listen.to_string(),
+            source,
+        })?;
+    let addr = listener.local_addr().unwrap_or(http.listen);
+    let page = crate::page::Page::new(
+        source,
+        config.catalog.clone(),
+        config.prices.clone(),
+        metrics,
+    );
+    tracing::info!(%addr, "Serving the fleet page.");
+    Ok(Some(tokio::spawn(crate::page::serve(
+        listener,
+        Arc::new(page),
+        now_ms,
+    ))))
 }
 
 /// Builds the rumqttc options for the gateway's session.
@@ -196,6 +239,12 @@ pub async fn run(
         }
         None => None,
     };
+
+    let page_source = match config.http.as_ref().and_then(|h| h.prometheus.clone()) {
+        Some(url) => crate::source::Source::Prometheus(url),
+        None => crate::source::Source::Store(ingestor.shared_store()),
+    };
+    let page_task = start_page(&config, page_source, Some(Arc::clone(&metrics))).await?;
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
     {
@@ -389,7 +438,7 @@ pub async fn run(
     {
         tracing::warn!("The broker connection did not close in time.");
     }
-    if let Some(task) = metrics_task {
+    for task in [metrics_task, page_task].into_iter().flatten() {
         task.abort();
     }
     tracing::info!("Gateway stopped.");

@@ -11,15 +11,18 @@
 
 use edgewatch_slo::fleet::{FleetNeed, Read};
 use edgewatch_slo::series::METRIC_NAME_LABEL;
-use edgewatch_slo::{Labels, SeriesSet};
+use edgewatch_slo::{
+    Catalog, CostReport, Labels, MS_PER_DAY, Period, PriceBook, SeriesSet, SloReport,
+};
 
 use crate::prometheus::{QueryError, query_latest, query_raw, query_raw_of};
 use crate::store::{RawSeries, Store, StoreError};
 
 /// A source of raw samples.
 pub enum Source {
-    /// The embedded store (opened read-only).
-    Store(Store),
+    /// The embedded store: opened read-only beside a running gateway, or the running gateway's
+    /// own handle (shared with its ingest path, read only here).
+    Store(std::sync::Arc<Store>),
     /// A Prometheus base URL, e.g. `http://127.0.0.1:9090`.
     Prometheus(String),
 }
@@ -62,6 +65,37 @@ impl Source {
             }
         }
         Ok(set)
+    }
+}
+
+/// Days in the default cost period (whole UTC days ending at the midnight before the evaluation
+/// time): a month of days, enough to see a trend and short enough to read.
+pub const DEFAULT_COST_DAYS: i64 = 30;
+
+/// The default cost period at `at_ms`: the [`DEFAULT_COST_DAYS`] UTC days before the midnight
+/// at or before `at_ms`.
+pub fn default_cost_period(at_ms: i64) -> Period {
+    let end = at_ms.div_euclid(MS_PER_DAY) * MS_PER_DAY;
+    Period {
+        start_ms: end - DEFAULT_COST_DAYS * MS_PER_DAY,
+        end_ms: end,
+    }
+}
+
+impl Source {
+    /// The SLO report at `at_ms`: what `report` prints and the fleet page's overview shows, by
+    /// one code path.
+    pub fn slo_report(&self, catalog: &Catalog, at_ms: i64) -> Result<SloReport, SourceError> {
+        let needs = edgewatch_slo::required_series(catalog, at_ms);
+        let set = self.series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))?;
+        Ok(edgewatch_slo::evaluate(catalog, &set, at_ms))
+    }
+
+    /// The cost report of `period`, as `report` prints it and the fleet page's cost view shows.
+    pub fn cost_report(&self, book: &PriceBook, period: Period) -> Result<CostReport, SourceError> {
+        let needs = edgewatch_slo::cost_required_series(book, period);
+        let set = self.series_set(needs.iter().map(|n| (n.metric, n.range_ms, n.end_ms)))?;
+        Ok(edgewatch_slo::cost(book, &set, period))
     }
 }
 

@@ -30,13 +30,14 @@ const SERIES: &str = include_str!("../../../docs/series.md");
 
 /// The tables of the gateway's file with a row per key in the reference: (dotted table, heading
 /// of its section).
-const TABLES: [(&str, &str); 7] = [
+const TABLES: [(&str, &str); 8] = [
     ("mqtt", "### `[mqtt]`"),
     ("mqtt.tls", "### `[mqtt.tls]`"),
     ("ingest", "### `[ingest]`"),
     ("dedup", "### `[dedup]`"),
     ("store", "### `[store]`"),
     ("metrics", "### `[metrics]`"),
+    ("http", "### `[http]`"),
     ("remote_write", "### `[remote_write]`"),
 ];
 

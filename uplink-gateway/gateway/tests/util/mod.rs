@@ -150,6 +150,8 @@ pub struct Gateway {
     pub dir: PathBuf,
     pub config_file: PathBuf,
     pub metrics: SocketAddr,
+    /// The fleet page's address (`[http] listen`).
+    pub page: SocketAddr,
 }
 
 pub struct GatewaySpec<'a> {
@@ -186,6 +188,7 @@ impl Gateway {
     /// Writes the configuration into `dir` (store at `dir/store.redb`) and starts the binary.
     pub fn start(dir: &Path, spec: &GatewaySpec<'_>) -> Self {
         let metrics = free_addr();
+        let page = free_addr();
         let mut config = format!(
             "[mqtt]\nhost = \"127.0.0.1\"\nport = {}\nclient_id = \"{}\"\nkeep_alive = \"5s\"\nreceive_maximum = 64\n",
             spec.broker.port(),
@@ -196,7 +199,7 @@ impl Gateway {
         }
         config.push_str(&format!("[ingest]\n{}\n", spec.extra_ingest));
         config.push_str(&format!(
-            "[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n",
+            "[store]\npath = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n[http]\nlisten = \"{page}\"\n",
             dir.join("store.redb").display()
         ));
         if let Some(url) = &spec.remote_write_url {
@@ -206,13 +209,13 @@ impl Gateway {
             ));
         }
         config.push_str(&spec.extra_tables);
-        Self::launch(dir, config, metrics)
+        Self::launch(dir, config, metrics, page)
     }
 
     /// Starts the binary on the packaged configuration (`config/gateway.toml`, every key at its
     /// default), with only its PROVISION lines filled in for this test: the broker, the client
-    /// id, the store in `dir`, a free `/metrics` port, and, when given, a `[remote_write]` table
-    /// holding only its URL.
+    /// id, the store in `dir`, free `/metrics` and fleet page ports, and, when given, a
+    /// `[remote_write]` table holding only its URL.
     pub fn start_packaged(
         dir: &Path,
         broker: SocketAddr,
@@ -220,12 +223,19 @@ impl Gateway {
         remote_write_url: Option<&str>,
     ) -> Self {
         let metrics = free_addr();
+        let page = free_addr();
         let packaged = include_str!("../../config/gateway.toml");
+        let mut section = String::new();
         let mut config: String = packaged
             .lines()
             .map(|line| {
+                if line.starts_with('[') {
+                    section = line.to_owned();
+                }
                 let value = |key: &str| line.starts_with(&format!("{key} = "));
-                if value("host") {
+                if section == "[http]" && line.starts_with("#listen = ") {
+                    format!("listen = \"{page}\"")
+                } else if value("host") {
                     "host = \"127.0.0.1\"".to_owned()
                 } else if value("port") {
                     format!("port = {}", broker.port())
@@ -244,10 +254,10 @@ impl Gateway {
         if let Some(url) = remote_write_url {
             config.push_str(&format!("\n[remote_write]\nurl = \"{url}\"\n"));
         }
-        Self::launch(dir, config, metrics)
+        Self::launch(dir, config, metrics, page)
     }
 
-    fn launch(dir: &Path, config: String, metrics: SocketAddr) -> Self {
+    fn launch(dir: &Path, config: String, metrics: SocketAddr, page: SocketAddr) -> Self {
         let config_file = dir.join("gateway.toml");
         std::fs::write(&config_file, config).unwrap();
         let log = dir.join("gateway.log");
@@ -265,6 +275,7 @@ impl Gateway {
             dir: dir.to_owned(),
             config_file,
             metrics,
+            page,
         }
     }
 
