@@ -15,7 +15,6 @@
 //!   `System` allocator uses the first four); not counted: `valloc`/`pvalloc`, and memory the
 //!   process maps itself.
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use edgewatch_test_kit::preload::{self, PreloadError};
@@ -172,18 +171,11 @@ impl MallocCounter {
 
     /// The counters now.
     pub fn read(&self) -> Result<Counts, CountError> {
-        let mut buf = [0u8; 32];
-        self.file
-            .read_exact_at(&mut buf, 0)
-            .map_err(|source| CountError::File {
-                path: self.counts.clone(),
-                source,
-            })?;
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            u64::from_ne_bytes(w)
-        };
+        let words = preload::read_words::<4>(&self.file).map_err(|source| CountError::File {
+            path: self.counts.clone(),
+            source,
+        })?;
+        let word = |i: usize| words[i];
         Ok(Counts {
             loaded: word(0) == MAGIC,
             allocations: word(1),

@@ -40,7 +40,6 @@
 //!   process starts ([`Ops`]).
 
 use std::ffi::OsString;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::preload::{self, PreloadError};
@@ -569,18 +568,12 @@ impl EioInjector {
 
     /// The counters now.
     pub fn counts(&self) -> Result<EioCounts, FaultError> {
-        let mut buf = [0u8; WORDS * 8];
-        self.file
-            .read_exact_at(&mut buf, 0)
-            .map_err(|source| FaultError::File {
+        let words =
+            preload::read_words::<WORDS>(&self.file).map_err(|source| FaultError::File {
                 path: self.counts.clone(),
                 source,
             })?;
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            u64::from_ne_bytes(w)
-        };
+        let word = |i: usize| words[i];
         Ok(EioCounts {
             loaded: word(0) == MAGIC,
             handles: word(1),

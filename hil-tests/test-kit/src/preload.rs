@@ -11,6 +11,8 @@
 //!   elsewhere, so each test builds its own library from the source it ships.
 //! - The compiler is `$CC`, else `cc`; a failure names it, says what it printed and how to get one.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -67,6 +69,18 @@ pub fn build(dir: &Path, name: &str, source: &str, libs: &[&str]) -> Result<Path
         ));
     }
     Ok(library)
+}
+
+/// The first `N` native-endian 64-bit words of `file`: how a preloaded library's counters,
+/// written into a shared file by the library, are read back by the test.
+pub fn read_words<const N: usize>(file: &File) -> std::io::Result<[u64; N]> {
+    let mut words = [0u64; N];
+    let mut buf = [0u8; 8];
+    for (i, word) in words.iter_mut().enumerate() {
+        file.read_exact_at(&mut buf, (i * 8) as u64)?;
+        *word = u64::from_ne_bytes(buf);
+    }
+    Ok(words)
 }
 
 #[cfg(test)]
