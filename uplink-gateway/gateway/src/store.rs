@@ -12,6 +12,9 @@
 //!   again like a new one. Admission and retirement are the ingest path's decisions; the store
 //!   keeps what they need (`LiveSeries`, `MachineState::newest_event_ms`).
 //! - Dead letters are bounded by count: beyond the limit the oldest are dropped and counted.
+//! - A series, once created, keeps its id and is never removed (retiring touches `live_series`
+//!   only), so the writer keeps committed ids in memory between transactions; the ids a
+//!   transaction created are forgotten with it when it does not commit.
 //! - One gateway instance writes a store (redb `SingleWriter` mode); other processes (`report`,
 //!   `export-focus`) may open it read-only at the same time and see its commits.
 //!
@@ -1092,6 +1095,38 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[test]
+    fn series_ids_kept_between_transactions_match_the_store_and_a_failed_one_leaves_none() {
+        let (dir, store) = store();
+        let a = store.write(|w| w.series_id_or_create("a{}")).unwrap();
+        // A failed transaction's new series (and its id) do not exist afterwards, in the cache
+        // either: the next transaction creates it again, with the id the store then gives.
+        let failed: Result<(), StoreError> = store.write(|w| {
+            assert_eq!(w.series_id("a{}")?, Some(a));
+            w.series_id_or_create("b{}")?;
+            Err(StoreError::Storage(redb::Error::Corrupted("test".into())))
+        });
+        assert!(failed.is_err());
+        let b = store
+            .write(|w| {
+                assert_eq!(w.series_id("b{}")?, None);
+                w.series_id_or_create("b{}")
+            })
+            .unwrap();
+        drop(store);
+        let reopened = Store::open_path(&dir.path().join("store.redb")).unwrap();
+        reopened
+            .write(|w| {
+                assert_eq!(
+                    (w.series_id("a{}")?, w.series_id("b{}")?),
+                    (Some(a), Some(b))
+                );
+                Ok(())
+            })
+            .unwrap();
+        assert_ne!(a, b);
     }
 
     #[test]
