@@ -14,7 +14,13 @@ use edgewatch_gateway::config::IngestConfig;
 use edgewatch_gateway::ingest::{Incoming, Ingestor};
 use edgewatch_gateway::store::Store;
 use edgewatch_proto::framing::BatchDecoder;
+use edgewatch_test_kit::alloc::CountingAllocator;
 use ingest_payloads::{EVENTS_PER_BATCH, GROUP, loadavg, median};
+
+/// Counts allocations per event: one relaxed atomic and a thread-local per call, the same for
+/// every path.
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 const RUNS: usize = 5;
 const ARRIVAL: i64 = 1_800_000_000_000_000_000;
@@ -49,8 +55,11 @@ fn main() {
     let mut duplicate = Vec::new();
     // CPU µs per event, per path.
     let mut cpu = [Vec::new(), Vec::new(), Vec::new()];
+    // Allocations per event, per path (the same in every run).
+    let mut allocations = [0.0; 3];
     for _ in 0..RUNS {
         let mut decoder = BatchDecoder::new().unwrap();
+        let allocated = ALLOCATOR.allocations_on_this_thread();
         let cpu_started = thread_cpu();
         let started = Instant::now();
         let mut decoded_events = 0usize;
@@ -60,11 +69,13 @@ fn main() {
         assert_eq!(decoded_events as f64, events);
         decode.push(events / started.elapsed().as_secs_f64());
         cpu[0].push((thread_cpu() - cpu_started) * 1e6 / events);
+        allocations[0] = (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
 
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_path(&dir.path().join("bench.redb")).unwrap();
         let mut ingestor = Ingestor::new(store, IngestConfig::default()).unwrap();
         for (label, sink) in [("ingest", &mut ingest), ("duplicate", &mut duplicate)] {
+            let allocated = ALLOCATOR.allocations_on_this_thread();
             let cpu_started = thread_cpu();
             let started = Instant::now();
             let mut new_events = 0;
@@ -85,8 +96,10 @@ fn main() {
                 assert_eq!(new_events, 0);
             }
             sink.push(events / started.elapsed().as_secs_f64());
-            cpu[if label == "ingest" { 1 } else { 2 }]
-                .push((thread_cpu() - cpu_started) * 1e6 / events);
+            let path = if label == "ingest" { 1 } else { 2 };
+            cpu[path].push((thread_cpu() - cpu_started) * 1e6 / events);
+            allocations[path] =
+                (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
         }
     }
     let decode = median(&mut decode);
@@ -94,19 +107,20 @@ fn main() {
     let duplicate = median(&mut duplicate);
     let cpu = cpu.map(|mut runs| median(&mut runs));
     println!(
-        "| path | events/s (median) | batches/s | vs decode-only | CPU µs per event | vs decode-only, CPU |"
+        "| path | events/s (median) | batches/s | vs decode-only | CPU µs per event | vs decode-only, CPU | allocations per event |"
     );
-    println!("|---|---|---|---|---|---|");
-    for ((name, rate), cpu_us) in [
+    println!("|---|---|---|---|---|---|---|");
+    for (((name, rate), cpu_us), allocs) in [
         ("decode only (baseline)", decode),
         ("full ingest, new batches", ingest),
         ("full ingest, re-sent batches", duplicate),
     ]
     .into_iter()
     .zip(cpu)
+    .zip(allocations)
     {
         println!(
-            "| {name} | {:.0} | {:.0} | {:.2}× | {cpu_us:.2} | {:.2}× |",
+            "| {name} | {:.0} | {:.0} | {:.2}× | {cpu_us:.2} | {:.2}× | {allocs:.1} |",
             rate,
             rate / EVENTS_PER_BATCH as f64,
             rate / decode,
