@@ -346,12 +346,25 @@ struct Builder<'a> {
     refused_entries: Vec<String>,
 }
 
-/// `labels` with `unknown` for each value that is not a valid label (`None`).
-fn or_unknown<'a>(labels: &[(&'a str, Option<&'a str>)]) -> Vec<(&'a str, &'a str)> {
-    labels
-        .iter()
-        .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
-        .collect()
+/// The series key of `metric` with `labels`, `unknown` for each value that is not a valid label
+/// (`None`). Once per sample: the labels are gathered on the stack.
+fn key_or_unknown(base: &BaseLabels<'_>, metric: &str, labels: &[(&str, Option<&str>)]) -> String {
+    let mut stack = [("", ""); 8];
+    match stack.get_mut(..labels.len()) {
+        Some(resolved) => {
+            for (slot, (name, v)) in resolved.iter_mut().zip(labels) {
+                *slot = (*name, v.unwrap_or(value::UNKNOWN));
+            }
+            base.key(metric, resolved)
+        }
+        None => {
+            let resolved: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
+                .collect();
+            base.key(metric, &resolved)
+        }
+    }
 }
 
 impl Builder<'_> {
@@ -360,7 +373,7 @@ impl Builder<'_> {
     fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
         self.values.push(Sample {
-            series: self.base.key(metric, &or_unknown(labels)),
+            series: key_or_unknown(self.base, metric, labels),
             ts_ms: self.ts_ms,
             value,
         });
@@ -383,7 +396,7 @@ impl Builder<'_> {
             Some(_) => self.push(metric, &all, value),
             None => self
                 .refused_entries
-                .push(self.base.key(metric, &or_unknown(&all))),
+                .push(key_or_unknown(self.base, metric, &all)),
         }
     }
 }
