@@ -6,105 +6,40 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+mod ingest_payloads;
+
 use std::time::Instant;
 
 use edgewatch_gateway::config::IngestConfig;
 use edgewatch_gateway::ingest::{Incoming, Ingestor};
 use edgewatch_gateway::store::Store;
-use edgewatch_proto::framing::{BatchDecoder, encode_batch};
-use edgewatch_proto::v1::{
-    Batch, DeadlineCounters, EnergyCounters, Event, LoopRef, ModelVersion, RailEnergy, Tier, event,
-};
+use edgewatch_proto::framing::BatchDecoder;
+use edgewatch_test_kit::alloc::CountingAllocator;
+use ingest_payloads::{EVENTS_PER_BATCH, GROUP, loadavg, median};
 
-const MACHINES: u64 = 100;
-const BATCHES_PER_MACHINE: u64 = 20;
-const EVENTS_PER_BATCH: u64 = 50;
-const GROUP: usize = 64;
+/// Counts allocations per event: one relaxed atomic and a thread-local per call, the same for
+/// every path.
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
+
 const RUNS: usize = 5;
 const ARRIVAL: i64 = 1_800_000_000_000_000_000;
 
-fn payloads() -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for b in 0..BATCHES_PER_MACHINE {
-        for m in 0..MACHINES {
-            let machine = format!("truck-{m:03}");
-            let events = (0..EVENTS_PER_BATCH)
-                .map(|i| {
-                    let seq = 1 + b * EVENTS_PER_BATCH + i;
-                    let time = ARRIVAL - 86_400_000_000_000 + seq as i64 * 10_000_000_000;
-                    // Every series runs from this start, as an agent's do: the first event of
-                    // each writes its baseline, the others find it.
-                    let start = ARRIVAL - 2 * 86_400_000_000_000;
-                    let model = Some(ModelVersion {
-                        name: "haul-perception".into(),
-                        version: "4.2.1".into(),
-                        ..Default::default()
-                    });
-                    let kind = if i % 2 == 0 {
-                        event::Kind::DeadlineCounters(DeadlineCounters {
-                            control_loop: Some(LoopRef {
-                                loop_id: 1,
-                                loop_name: "safety".into(),
-                            }),
-                            model,
-                            start_time_unix_ns: start,
-                            cycles: 250 * seq,
-                            misses: seq / 100,
-                            ..Default::default()
-                        })
-                    } else {
-                        event::Kind::EnergyCounters(EnergyCounters {
-                            start_time_unix_ns: start,
-                            rails: vec![
-                                RailEnergy {
-                                    rail: "VDD_GPU_SOC".into(),
-                                    joules: 90.0 * seq as f64,
-                                },
-                                RailEnergy {
-                                    rail: "VDD_CPU_CV".into(),
-                                    joules: 40.0 * seq as f64,
-                                },
-                            ],
-                            model,
-                        })
-                    };
-                    Event {
-                        seq,
-                        event_time_unix_ns: time,
-                        monotonic_ns: seq,
-                        kind: Some(kind),
-                    }
-                })
-                .collect::<Vec<_>>();
-            let batch = Batch {
-                schema_version: 1,
-                machine_id: machine.clone(),
-                site_id: "pit-3".into(),
-                agent_epoch: 9,
-                tier: Tier::Slo as i32,
-                first_seq: events[0].seq,
-                last_seq: events[events.len() - 1].seq,
-                sent_time_unix_ns: ARRIVAL,
-                events,
-                machine_class: "haul-truck".into(),
-                agent_version: "0.1.0".into(),
-            };
-            out.push((
-                format!("edgewatch/v1/pit-3/{machine}/slo"),
-                encode_batch(&batch).unwrap(),
-            ));
-        }
-    }
-    out
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// CPU time of this thread: unlike the wall clock, barely moved by other jobs on the machine (it
+/// leaves out the waits for the disk).
+fn thread_cpu() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
 }
 
 fn main() {
-    let payloads = payloads();
+    println!("load average before: {}", loadavg());
+    let payloads = ingest_payloads::payloads(ARRIVAL);
     let batches = payloads.len() as f64;
     let events = batches * EVENTS_PER_BATCH as f64;
     let bytes: usize = payloads.iter().map(|(_, p)| p.len()).sum();
@@ -118,8 +53,14 @@ fn main() {
     let mut decode = Vec::new();
     let mut ingest = Vec::new();
     let mut duplicate = Vec::new();
+    // CPU µs per event, per path.
+    let mut cpu = [Vec::new(), Vec::new(), Vec::new()];
+    // Allocations per event, per path (the same in every run).
+    let mut allocations = [0.0; 3];
     for _ in 0..RUNS {
         let mut decoder = BatchDecoder::new().unwrap();
+        let allocated = ALLOCATOR.allocations_on_this_thread();
+        let cpu_started = thread_cpu();
         let started = Instant::now();
         let mut decoded_events = 0usize;
         for (_, payload) in &payloads {
@@ -127,11 +68,15 @@ fn main() {
         }
         assert_eq!(decoded_events as f64, events);
         decode.push(events / started.elapsed().as_secs_f64());
+        cpu[0].push((thread_cpu() - cpu_started) * 1e6 / events);
+        allocations[0] = (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
 
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_path(&dir.path().join("bench.redb")).unwrap();
         let mut ingestor = Ingestor::new(store, IngestConfig::default()).unwrap();
         for (label, sink) in [("ingest", &mut ingest), ("duplicate", &mut duplicate)] {
+            let allocated = ALLOCATOR.allocations_on_this_thread();
+            let cpu_started = thread_cpu();
             let started = Instant::now();
             let mut new_events = 0;
             for group in payloads.chunks(GROUP) {
@@ -151,23 +96,36 @@ fn main() {
                 assert_eq!(new_events, 0);
             }
             sink.push(events / started.elapsed().as_secs_f64());
+            let path = if label == "ingest" { 1 } else { 2 };
+            cpu[path].push((thread_cpu() - cpu_started) * 1e6 / events);
+            allocations[path] =
+                (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
         }
     }
     let decode = median(&mut decode);
     let ingest = median(&mut ingest);
     let duplicate = median(&mut duplicate);
-    println!("| path | events/s (median) | batches/s | vs decode-only |");
-    println!("|---|---|---|---|");
-    for (name, rate) in [
+    let cpu = cpu.map(|mut runs| median(&mut runs));
+    println!(
+        "| path | events/s (median) | batches/s | vs decode-only | CPU µs per event | vs decode-only, CPU | allocations per event |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (((name, rate), cpu_us), allocs) in [
         ("decode only (baseline)", decode),
         ("full ingest, new batches", ingest),
         ("full ingest, re-sent batches", duplicate),
-    ] {
+    ]
+    .into_iter()
+    .zip(cpu)
+    .zip(allocations)
+    {
         println!(
-            "| {name} | {:.0} | {:.0} | {:.2}× |",
+            "| {name} | {:.0} | {:.0} | {:.2}× | {cpu_us:.2} | {:.2}× | {allocs:.1} |",
             rate,
             rate / EVENTS_PER_BATCH as f64,
-            rate / decode
+            rate / decode,
+            cpu[0] / cpu_us
         );
     }
+    println!("load average after: {}", loadavg());
 }

@@ -170,14 +170,31 @@ fn status(m: u64, online: bool, time_ms: i64) -> (String, Vec<u8>) {
     )
 }
 
-fn ingest(ingestor: &mut Ingestor, messages: &[(String, Vec<u8>)], arrival_ms: i64) {
+/// Ingests `messages` in groups; returns (samples stored, counter events refused).
+fn ingest(ingestor: &mut Ingestor, messages: &[(String, Vec<u8>)], arrival_ms: i64) -> (u64, u64) {
+    let (mut stored, mut refused) = (0, 0);
     for group in messages.chunks(GROUP) {
         let incoming: Vec<Incoming<'_>> = group
             .iter()
             .map(|(topic, payload)| Incoming { topic, payload })
             .collect();
-        ingestor.ingest(&incoming, arrival_ms * 1_000_000).unwrap();
+        let stats = ingestor
+            .ingest(&incoming, arrival_ms * 1_000_000)
+            .unwrap()
+            .stats;
+        stored += stats.samples_new;
+        refused += stats.events_refused.iter().sum::<u64>();
     }
+    (stored, refused)
+}
+
+/// Bytes this process has caused to be written to the block device (`/proc/self/io`).
+fn write_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -204,8 +221,11 @@ fn main() {
     )
     .unwrap();
     let now_ms = edgewatch_gateway::run::now_ms();
-    // Room for the history and every measured run's ten-minute steps, all in the past.
-    let start_ms = (now_ms - 12 * 60 * MINUTE_MS) / 1000 * 1000;
+    // Room for the history and every measured run's ten-minute steps, all in the past: events
+    // stamped after their arrival would be refused (`max_future_skew`), and the later runs would
+    // measure refusals instead of ingest.
+    let steps = STEPS + 2 * PAIRS as u64 * RUN_MESSAGES.div_ceil(MACHINES) + 1;
+    let start_ms = (now_ms - steps as i64 * 10 * MINUTE_MS) / 1000 * 1000;
     let built = Instant::now();
     let statuses: Vec<_> = (0..MACHINES)
         .map(|m| status(m, m % 50 != 7, start_ms))
@@ -285,6 +305,7 @@ fn main() {
     ));
     let mut step = STEPS;
     let mut run = |ingestor: &mut Ingestor, refresh: bool| -> (f64, usize) {
+        let store_bytes = std::fs::metadata(dir.path().join("store.redb")).map_or(0, |m| m.len());
         // Fresh batches (new sequence numbers), built before the clock starts.
         let mut messages = Vec::new();
         while (messages.len() as u64) < RUN_MESSAGES {
@@ -315,10 +336,21 @@ fn main() {
                 served
             })
         });
+        let written = write_bytes();
         let t = Instant::now();
         let arrival = edgewatch_gateway::run::now_ms();
-        ingest(ingestor, &messages, arrival);
+        let (stored, refused) = ingest(ingestor, &messages, arrival);
         let rate = messages.len() as f64 / t.elapsed().as_secs_f64();
+        // Every event of these batches is new and in the past: stored, none refused.
+        assert_eq!(refused, 0, "events refused in a measured run");
+        let written = write_bytes() - written;
+        println!(
+            "    run: {rate:>8.0} messages/s, {stored} samples stored, store {:.0} MiB before, \
+             {:.0} MiB written ({:.0} bytes per sample)",
+            store_bytes as f64 / 1048576.0,
+            written as f64 / 1048576.0,
+            written as f64 / stored.max(1) as f64
+        );
         stop.store(true, Ordering::Relaxed);
         let served = refresher.map_or(0, |r| r.join().unwrap());
         (rate, served)

@@ -576,6 +576,17 @@ struct BatchContext<'b, 'w, 'txn> {
     newest_event_ms: Option<i64>,
     /// Per (model, model version) of the events stored, their oldest and newest event time (ms).
     model_versions: BTreeMap<(String, String), (i64, i64)>,
+    /// Per value of the event being admitted: its series' live state before it, its series id,
+    /// and the (series id, time) of the samples it newly wrote. Reused from event to event.
+    scratch: Scratch,
+}
+
+/// [`BatchContext::scratch`].
+#[derive(Default)]
+struct Scratch {
+    lives: Vec<Option<LiveSeries>>,
+    ids: Vec<u64>,
+    written: Vec<(u64, i64)>,
 }
 
 impl BatchContext<'_, '_, '_> {
@@ -639,7 +650,15 @@ impl BatchContext<'_, '_, '_> {
             series: keys(),
             detail,
         };
-        let mut lives = Vec::with_capacity(values.len());
+        // A refused event leaves the buffers to be allocated again: a rare path.
+        let Scratch {
+            mut lives,
+            mut ids,
+            mut written,
+        } = std::mem::take(&mut self.scratch);
+        lives.clear();
+        ids.clear();
+        written.clear();
         for v in &values {
             let live = match self.writer.series_id(&v.series)? {
                 Some(id) => self.writer.live(machine, id)?,
@@ -699,8 +718,6 @@ impl BatchContext<'_, '_, '_> {
 
         // The values; another value at one of the event's (series, time) refuses the event and
         // takes back what it wrote (the stored history stays as it was).
-        let mut ids = Vec::with_capacity(values.len());
-        let mut written: Vec<(u64, i64)> = Vec::new();
         for v in &values {
             let id = self.writer.series_id_or_create(&v.series)?;
             match self.writer.put_sample(id, v.ts_ms, v.value)? {
@@ -713,7 +730,7 @@ impl BatchContext<'_, '_, '_> {
                         SeriesKey::metric(&v.series),
                         v.value
                     );
-                    for (id, ts) in written {
+                    for &(id, ts) in &written {
                         self.writer.remove_sample(id, ts)?;
                     }
                     return self.refuse(event, refusal(refusal::CONFLICT, detail), true);
@@ -752,6 +769,11 @@ impl BatchContext<'_, '_, '_> {
         // sample stamped after this run's start) leaves the value to the reset rule. A later
         // event of a run already seen found the same there, for less: nothing to read.
         let Some(b) = baseline else {
+            self.scratch = Scratch {
+                lives,
+                ids,
+                written,
+            };
             return Ok(());
         };
         for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
@@ -778,6 +800,11 @@ impl BatchContext<'_, '_, '_> {
                 Some(_) => self.stats.baselines_skipped += 1,
             }
         }
+        self.scratch = Scratch {
+            lives,
+            ids,
+            written,
+        };
         Ok(())
     }
 
@@ -908,6 +935,7 @@ fn ingest_batch(
         remote: config.remote_write_max_age.is_some(),
         newest_event_ms: None,
         model_versions: BTreeMap::new(),
+        scratch: Scratch::default(),
     };
     for event in &batch.events {
         if ranges.contains(event.seq) {

@@ -33,8 +33,6 @@
 //!   millisecond before the event for increment events. Both are functions of the event alone,
 //!   so a re-sent or replayed event yields the same baselines.
 
-use std::fmt::Write as _;
-
 use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
 use edgewatch_slo::names::{SLO_PAIRS, label, metric, refusal, value};
@@ -116,21 +114,31 @@ impl SeriesKey {
     /// `metric{a="x",b="y"}` with labels sorted by name (values are escaped like PromQL strings).
     pub fn build(metric: &str, labels: &mut [(&str, &str)]) -> String {
         labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut key = String::with_capacity(metric.len() + 16 * labels.len());
+        // Built once per sample on the ingest path: sized up front, pieces pushed whole.
+        let size = labels
+            .iter()
+            .map(|(name, value)| name.len() + value.len() + 4)
+            .sum::<usize>();
+        let mut key = String::with_capacity(metric.len() + 2 + size);
         key.push_str(metric);
         key.push('{');
         for (index, (name, value)) in labels.iter().enumerate() {
             if index > 0 {
                 key.push(',');
             }
-            let _ = write!(key, "{name}=\"");
-            for c in value.chars() {
-                match c {
-                    '\\' => key.push_str("\\\\"),
-                    '"' => key.push_str("\\\""),
-                    '\n' => key.push_str("\\n"),
-                    _ => key.push(c),
+            key.push_str(name);
+            key.push_str("=\"");
+            if value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+                for c in value.chars() {
+                    match c {
+                        '\\' => key.push_str("\\\\"),
+                        '"' => key.push_str("\\\""),
+                        '\n' => key.push_str("\\n"),
+                        _ => key.push(c),
+                    }
                 }
+            } else {
+                key.push_str(value);
             }
             key.push('"');
         }
@@ -225,10 +233,19 @@ impl<'a> BaseLabels<'a> {
 
     /// A series key of this machine.
     pub fn key(&self, metric: &str, extra: &[(&str, &str)]) -> String {
-        let mut labels: Vec<(&str, &str)> = Vec::with_capacity(3 + extra.len());
-        labels.push((label::MACHINE_ID, self.machine));
-        labels.push((label::SITE, self.site));
-        labels.push((label::MACHINE_CLASS, self.class));
+        let base = [
+            (label::MACHINE_ID, self.machine),
+            (label::SITE, self.site),
+            (label::MACHINE_CLASS, self.class),
+        ];
+        // On the stack for the series the gateway writes (at most five labels of their own).
+        let mut stack = [("", ""); 8];
+        if let Some(labels) = stack.get_mut(..3 + extra.len()) {
+            labels[..3].copy_from_slice(&base);
+            labels[3..].copy_from_slice(extra);
+            return SeriesKey::build(metric, labels);
+        }
+        let mut labels = base.to_vec();
         labels.extend_from_slice(extra);
         SeriesKey::build(metric, &mut labels)
     }
@@ -329,12 +346,25 @@ struct Builder<'a> {
     refused_entries: Vec<String>,
 }
 
-/// `labels` with `unknown` for each value that is not a valid label (`None`).
-fn or_unknown<'a>(labels: &[(&'a str, Option<&'a str>)]) -> Vec<(&'a str, &'a str)> {
-    labels
-        .iter()
-        .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
-        .collect()
+/// The series key of `metric` with `labels`, `unknown` for each value that is not a valid label
+/// (`None`). Once per sample: the labels are gathered on the stack.
+fn key_or_unknown(base: &BaseLabels<'_>, metric: &str, labels: &[(&str, Option<&str>)]) -> String {
+    let mut stack = [("", ""); 8];
+    match stack.get_mut(..labels.len()) {
+        Some(resolved) => {
+            for (slot, (name, v)) in resolved.iter_mut().zip(labels) {
+                *slot = (*name, v.unwrap_or(value::UNKNOWN));
+            }
+            base.key(metric, resolved)
+        }
+        None => {
+            let resolved: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(name, v)| (*name, v.unwrap_or(value::UNKNOWN)))
+                .collect();
+            base.key(metric, &resolved)
+        }
+    }
 }
 
 impl Builder<'_> {
@@ -343,7 +373,7 @@ impl Builder<'_> {
     fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
         self.values.push(Sample {
-            series: self.base.key(metric, &or_unknown(labels)),
+            series: key_or_unknown(self.base, metric, labels),
             ts_ms: self.ts_ms,
             value,
         });
@@ -366,7 +396,7 @@ impl Builder<'_> {
             Some(_) => self.push(metric, &all, value),
             None => self
                 .refused_entries
-                .push(self.base.key(metric, &or_unknown(&all))),
+                .push(key_or_unknown(self.base, metric, &all)),
         }
     }
 }

@@ -1,0 +1,312 @@
+//! The gateway's ingest against VictoriaMetrics on the same samples, in the same run: the
+//! samples the gateway stores from the ingest bench's batches (`ingest_payloads`), sent to a
+//! VictoriaMetrics started here through Prometheus remote-write (the gateway's own request
+//! builder, snappy and sender), one request at a time on one connection, as the gateway sends:
+//! once as the gateway's outbox holds them (one request per machine and group), once merged into
+//! one request per group of messages (fewer round trips, the same samples).
+//!
+//! Durability of each side, as run here: the gateway acknowledges a group only after redb
+//! committed it with `Durability::Immediate` (fsync); VictoriaMetrics answers a remote-write
+//! request once its rows are in its in-memory buffers, and writes them to disk about every
+//! second (no fsync per request). So the gateway's figure is of durable samples, VictoriaMetrics'
+//! of buffered ones.
+//!
+//! Needs Debian's `victoria-metrics` package (`sudo apt-get install victoria-metrics`), or the
+//! binary named by `VICTORIA_METRICS`. Not part of the test run.
+//!
+//! Run: `cargo bench -p edgewatch-gateway --bench victoria`
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::expect_used)]
+
+mod ingest_payloads;
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use edgewatch_gateway::config::{IngestConfig, RemoteWriteConfig};
+use edgewatch_gateway::ingest::{Incoming, Ingestor};
+use edgewatch_gateway::remote_write::{RemoteWriter, SendStats, WriteRequest};
+use edgewatch_gateway::store::Store;
+use ingest_payloads::{GROUP, loadavg, median, payloads};
+use prost::Message as _;
+
+const RUNS: usize = 3;
+
+/// The VictoriaMetrics binary: `VICTORIA_METRICS`, else Debian's.
+fn victoria_binary() -> PathBuf {
+    let path = std::env::var_os("VICTORIA_METRICS")
+        .map_or_else(|| PathBuf::from("/usr/bin/victoria-metrics"), PathBuf::from);
+    if !path.is_file() {
+        panic!(
+            "VictoriaMetrics not found at {}: install it with `sudo apt-get install \
+             victoria-metrics` (Debian), or set VICTORIA_METRICS to its binary",
+            path.display()
+        );
+    }
+    path
+}
+
+/// A VictoriaMetrics process on a loopback port with a data dir of its own; killed when dropped,
+/// so it stops on a failed run too.
+struct Victoria {
+    child: Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl Victoria {
+    fn start(binary: &Path) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        // An ephemeral port, free a moment ago.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(binary)
+            .arg(format!("-storageDataPath={}", data.path().display()))
+            .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+            .arg("-retentionPeriod=10y")
+            .arg("-loggerLevel=ERROR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        let mut victoria = Self {
+            child,
+            port,
+            _data: data,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while victoria
+            .get("/health")
+            .is_none_or(|body| body.trim() != "OK")
+        {
+            if let Some(status) = victoria.child.try_wait().unwrap() {
+                panic!("VictoriaMetrics exited at start: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "VictoriaMetrics did not answer /health within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        victoria
+    }
+
+    /// The body of a GET, `None` when it fails. HTTP/1.0, so the body comes whole (not chunked).
+    fn get(&self, path: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        head.split_whitespace()
+            .nth(1)
+            .filter(|status| *status == "200")?;
+        Some(body.to_owned())
+    }
+
+    /// `vm_rows_inserted_total{type="promremotewrite"}`.
+    fn rows_inserted(&self) -> u64 {
+        let metrics = self.get("/metrics").unwrap_or_default();
+        metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("vm_rows_inserted_total{type=\"promremotewrite\"} ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/api/v1/write", self.port)
+    }
+}
+
+impl Drop for Victoria {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Ingests every payload in groups; returns the samples stored and, per group, the outbox ids it
+/// queued.
+fn ingest_all(
+    ingestor: &mut Ingestor,
+    payloads: &[(String, Vec<u8>)],
+    arrival_ns: i64,
+) -> (u64, Vec<Vec<u64>>) {
+    let mut samples = 0;
+    let mut outbox = Vec::new();
+    for group in payloads.chunks(GROUP) {
+        let incoming: Vec<Incoming<'_>> = group
+            .iter()
+            .map(|(topic, payload)| Incoming { topic, payload })
+            .collect();
+        let report = ingestor.ingest(&incoming, arrival_ns).unwrap();
+        samples += report.stats.samples_new;
+        outbox.push(report.outbox_ids);
+    }
+    (samples, outbox)
+}
+
+/// Samples in remote-write bodies.
+fn count(bodies: &[Vec<u8>]) -> u64 {
+    bodies
+        .iter()
+        .map(|body| {
+            WriteRequest::decode(body.as_slice())
+                .unwrap()
+                .timeseries
+                .iter()
+                .map(|s| s.samples.len() as u64)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Sends `bodies` one after another to a fresh VictoriaMetrics and waits until it counts `rows`
+/// inserted; returns the seconds from the first request. Stops it before returning.
+fn send_all(binary: &Path, bodies: &[Vec<u8>], rows: u64) -> f64 {
+    let vm = Victoria::start(binary);
+    let writer = RemoteWriter::new(RemoteWriteConfig {
+        url: vm.url(),
+        timeout: Duration::from_secs(30),
+        max_sample_age: Duration::from_secs(30 * 86_400),
+        min_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(100),
+        headers: Vec::new(),
+    });
+    let stop = AtomicBool::new(false);
+    let mut stats = SendStats::default();
+    let started = Instant::now();
+    for body in bodies {
+        writer.send(body, &stop, &mut stats).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut inserted = vm.rows_inserted();
+    while inserted < rows {
+        assert!(
+            Instant::now() < deadline,
+            "VictoriaMetrics counted {inserted} of {rows} rows after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        inserted = vm.rows_inserted();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(
+        inserted, rows,
+        "VictoriaMetrics inserted exactly the samples sent"
+    );
+    assert_eq!(stats.retries, 0, "no request was retried");
+    elapsed
+}
+
+fn main() {
+    let binary = victoria_binary();
+    println!("load average before: {}", loadavg());
+    // Arrival now: VictoriaMetrics refuses samples stamped far from its clock.
+    let arrival_ns = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap();
+    let payloads = payloads(arrival_ns);
+
+    // The remote-write requests the gateway queues for these batches (untimed): every sample it
+    // stores, one request per machine and group.
+    let dir = tempfile::tempdir().unwrap();
+    let config = IngestConfig {
+        remote_write_max_age: Some(Duration::from_secs(30 * 86_400)),
+        ..IngestConfig::default()
+    };
+    let mut ingestor = Ingestor::new(
+        Store::open_path(&dir.path().join("outbox.redb")).unwrap(),
+        config,
+    )
+    .unwrap();
+    let (stored, groups) = ingest_all(&mut ingestor, &payloads, arrival_ns);
+    let outbox: std::collections::HashMap<u64, Vec<u8>> =
+        ingestor.store().outbox().unwrap().into_iter().collect();
+    drop(ingestor);
+    let requests: Vec<Vec<u8>> = groups
+        .iter()
+        .flatten()
+        .map(|id| outbox[id].clone())
+        .collect();
+    // Protobuf messages concatenated are one message with their repeated fields appended: one
+    // WriteRequest per group.
+    let merged: Vec<Vec<u8>> = groups
+        .iter()
+        .map(|ids| {
+            ids.iter()
+                .flat_map(|id| outbox[id].iter().copied())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        count(&requests),
+        stored,
+        "the remote-write requests carry every sample the gateway stored"
+    );
+    assert_eq!(count(&merged), stored, "and so do the merged ones");
+    // Debian's build reports no version of its own: `dpkg-query -W victoria-metrics` does.
+    println!("{}", binary.display());
+    println!(
+        "{} batches → {stored} samples; {} remote-write requests as queued, {} merged per group; \
+         {RUNS} runs",
+        payloads.len(),
+        requests.len(),
+        merged.len()
+    );
+
+    let (mut gateway, mut queued, mut merged_rate) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        // The gateway: the whole ingest path (decode … durable commit), as the ingest bench.
+        let dir = tempfile::tempdir().unwrap();
+        let mut ingestor = Ingestor::new(
+            Store::open_path(&dir.path().join("bench.redb")).unwrap(),
+            IngestConfig::default(),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let (samples, _) = ingest_all(&mut ingestor, &payloads, arrival_ns);
+        let elapsed = started.elapsed().as_secs_f64();
+        assert_eq!(samples, stored);
+        gateway.push(samples as f64 / elapsed);
+        drop(ingestor);
+
+        // VictoriaMetrics, fresh each time.
+        queued.push(stored as f64 / send_all(&binary, &requests, stored));
+        merged_rate.push(stored as f64 / send_all(&binary, &merged, stored));
+    }
+    let gateway = median(&mut gateway);
+    println!(
+        "| side | samples/s (median of {RUNS}) | gateway / this | durable when acknowledged |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| gateway, full ingest (decode … redb commit, fsync per group of {GROUP}) | {gateway:.0} \
+         | 1.00× | yes |"
+    );
+    for (name, mut rates) in [
+        ("as queued, one request per machine and group", queued),
+        ("merged, one request per group", merged_rate),
+    ] {
+        let rate = median(&mut rates);
+        println!(
+            "| VictoriaMetrics, remote-write {name} (in-memory buffers, flushed to disk about \
+             every second) | {rate:.0} | {:.2}× | no |",
+            gateway / rate
+        );
+    }
+    println!("load average after: {}", loadavg());
+}
