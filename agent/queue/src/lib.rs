@@ -48,6 +48,8 @@
 
 pub mod config;
 pub mod error;
+#[allow(dead_code)] // Wired in behind `store` next.
+mod log;
 pub mod queue;
 pub mod record;
 pub mod status;
