@@ -130,6 +130,8 @@ impl Removal {
 }
 
 struct TierLog {
+    /// The tier's index (segment names, and the scan buffer's key).
+    ix: usize,
     segments: VecDeque<Segment>,
     removal: Removal,
     last_seq: u64,
@@ -144,8 +146,9 @@ struct TierLog {
 }
 
 impl TierLog {
-    fn new() -> Self {
+    fn new(ix: usize) -> Self {
         Self {
+            ix,
             segments: VecDeque::new(),
             removal: Removal {
                 below: 1,
@@ -210,7 +213,8 @@ fn frame_seq(value: &[u8]) -> Option<u64> {
 #[derive(Default)]
 struct ScanBuf {
     data: Vec<u8>,
-    segment: u64,
+    /// Tier and first sequence number of the segment held.
+    segment: (usize, u64),
     at: u64,
 }
 
@@ -221,8 +225,14 @@ impl ScanBuf {
 
     /// Makes `data` hold `segment` bytes `offset..offset + need` (at least), reading
     /// `READ_CHUNK` ahead.
-    fn fill(&mut self, segment: &Segment, offset: u64, need: u64) -> Result<(), StoreError> {
-        let held = self.segment == segment.first_seq
+    fn fill(
+        &mut self,
+        ix: usize,
+        segment: &Segment,
+        offset: u64,
+        need: u64,
+    ) -> Result<(), StoreError> {
+        let held = self.segment == (ix, segment.first_seq)
             && offset >= self.at
             && offset + need <= self.at + self.data.len() as u64;
         if held {
@@ -235,7 +245,7 @@ impl ScanBuf {
             .file
             .read_exact_at(&mut self.data, offset)
             .map_err(io)?;
-        self.segment = segment.first_seq;
+        self.segment = (ix, segment.first_seq);
         self.at = offset;
         Ok(())
     }
@@ -261,7 +271,7 @@ fn scan(
                     segment.first_seq
                 )));
             }
-            buf.fill(segment, offset, FRAME_HEADER as u64)?;
+            buf.fill(tier.ix, segment, offset, FRAME_HEADER as u64)?;
             let start = (offset - buf.at) as usize;
             let len = u32::from_le_bytes(buf.data[start..start + 4].try_into().unwrap_or([0; 4]));
             let size = (FRAME_HEADER + len as usize) as u64;
@@ -271,7 +281,7 @@ fn scan(
                     segment.first_seq
                 )));
             }
-            buf.fill(segment, offset, size)?;
+            buf.fill(tier.ix, segment, offset, size)?;
             let start = (offset - buf.at) as usize;
             let value = &buf.data[start + FRAME_HEADER..start + size as usize];
             let next_offset = offset + size;
@@ -479,6 +489,8 @@ struct Inner {
 pub struct Log {
     dir: PathBuf,
     inner: Mutex<Inner>,
+    /// The directory, locked while the log is open.
+    _lock: File,
 }
 
 fn segment_name(ix: usize, first_seq: u64) -> String {
@@ -504,7 +516,9 @@ fn committed(tag: u32, generation: u64) -> bool {
 impl Log {
     /// Opens the log in `dir`, creating the directory when missing, and recovers it: reads the
     /// newest valid state slot and scans every frame.
-    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+    /// With `salvage`, a log without a valid state opens anyway: every frame whose record passes
+    /// its checks is visible, and `load` is `None`.
+    pub fn open(dir: &Path, salvage: bool) -> Result<Self, StoreError> {
         match std::fs::create_dir(dir) {
             Ok(()) => {
                 if let Some(parent) = dir.parent() {
@@ -520,6 +534,13 @@ impl Log {
                 "{} is not a directory",
                 dir.display()
             )));
+        }
+        // One process at a time: an advisory lock on the directory, released when closed.
+        let lock = File::open(dir).map_err(io)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Locked),
+            Err(std::fs::TryLockError::Error(error)) => return Err(io(error)),
         }
         let mut slots: Vec<(usize, Slot)> = Vec::new();
         let mut state_files = 0;
@@ -545,18 +566,31 @@ impl Log {
         found.sort_unstable();
         let best = slots.into_iter().max_by_key(|(_, slot)| slot.generation);
         let mut inner = Inner {
-            tiers: [TierLog::new(), TierLog::new(), TierLog::new()],
+            tiers: [TierLog::new(0), TierLog::new(1), TierLog::new(2)],
             slot: Slot::default(),
             next_slot: 0,
             loaded: None,
             buf: ScanBuf::default(),
             encoded: Vec::new(),
         };
+        let salvaging = best.is_none() && salvage;
+        let best = best.or_else(|| {
+            salvage.then(|| {
+                (
+                    1,
+                    Slot {
+                        generation: u64::from(u32::MAX / 2),
+                        ..Slot::default()
+                    },
+                )
+            })
+        });
         let Some((slot_index, slot)) = best else {
             if state_files == 0 && found.is_empty() {
                 return Ok(Self {
                     dir: dir.to_owned(),
                     inner: Mutex::new(inner),
+                    _lock: lock,
                 });
             }
             return Err(StoreError::Corrupt(format!(
@@ -611,7 +645,10 @@ impl Log {
                         u32::from_le_bytes(header[0..4].try_into().unwrap_or([0; 4])) as usize;
                     let tag = u32::from_le_bytes(header[4..8].try_into().unwrap_or([0; 4]));
                     let end = offset + FRAME_HEADER + len;
-                    if len > MAX_VALUE || end > bytes.len() || !committed(tag, slot.generation) {
+                    if len > MAX_VALUE
+                        || end > bytes.len()
+                        || !(salvaging || committed(tag, slot.generation))
+                    {
                         break;
                     }
                     let value = &bytes[offset + FRAME_HEADER..end];
@@ -649,7 +686,7 @@ impl Log {
                     }
                     offset = end;
                 }
-                if offset < bytes.len() && last {
+                if offset < bytes.len() && last && !salvaging {
                     // A torn or uncommitted tail: what the last commit did not finish.
                     if offset == 0 {
                         drop(file);
@@ -682,10 +719,11 @@ impl Log {
             sync_dir(dir)?;
         }
         inner.slot = slot;
-        inner.loaded = Some(loaded);
+        inner.loaded = (!salvaging).then_some(loaded);
         let log = Self {
             dir: dir.to_owned(),
             inner: Mutex::new(inner),
+            _lock: lock,
         };
         // A crash between a state write and the unlinks it allowed leaves removed segments.
         {
@@ -709,23 +747,6 @@ impl Log {
     /// The key-value area as last committed.
     pub fn kv(&self) -> Vec<(String, Vec<u8>)> {
         self.lock().slot.kv.clone()
-    }
-
-    /// Bytes of the segment and state files.
-    pub fn file_bytes(&self) -> u64 {
-        let inner = self.lock();
-        let segments: u64 = inner
-            .tiers
-            .iter()
-            .flat_map(|tier| tier.segments.iter())
-            .map(|segment| segment.len)
-            .sum();
-        let state: u64 = STATE_FILES
-            .iter()
-            .filter_map(|name| std::fs::metadata(self.dir.join(name)).ok())
-            .map(|m| m.len())
-            .sum();
-        segments + state
     }
 
     /// Visits the live records of tier `ix` with `from <= seq < to`, in order, until `visit`
@@ -1249,7 +1270,7 @@ mod tests {
     }
 
     fn fresh(dir: &Path) -> Log {
-        let log = Log::open(dir).unwrap();
+        let log = Log::open(dir, false).unwrap();
         assert!(log.load().is_none());
         log.write(|tx| {
             tx.put_state(&Persisted::fresh(7));
@@ -1272,7 +1293,7 @@ mod tests {
         })
         .unwrap();
         drop(log);
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         let loaded = log.load().unwrap();
         assert_eq!(loaded.state.epoch, 7);
         assert_eq!(loaded.state.records.safety, 5);
@@ -1300,7 +1321,7 @@ mod tests {
         assert_eq!(removed, vec![4, 5, 6, 1, 2]);
         assert_eq!(seqs(&log, 1), vec![3, 7, 8, 9, 10]);
         drop(log);
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         assert_eq!(log.load().unwrap().state.records.slo, 5);
         assert_eq!(seqs(&log, 1), vec![3, 7, 8, 9, 10]);
         let popped = log.write(|tx| tx.pop_oldest(1)).unwrap().unwrap();
@@ -1322,7 +1343,7 @@ mod tests {
         assert!(result.is_err());
         assert_eq!(seqs(&log, 0), vec![1, 2]);
         drop(log);
-        assert_eq!(seqs(&Log::open(&path).unwrap(), 0), vec![1, 2]);
+        assert_eq!(seqs(&Log::open(&path, false).unwrap(), 0), vec![1, 2]);
     }
 
     #[test]
@@ -1337,7 +1358,7 @@ mod tests {
         let full = bytes.len();
         bytes.extend_from_slice(&[40, 0, 0, 0, 0, 0, 0, 0, 1, 2]);
         std::fs::write(&segment, &bytes).unwrap();
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), full as u64);
         append(&log, 0, 4..=4);
         assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4]);
@@ -1370,7 +1391,7 @@ mod tests {
                 }
             }
         }
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         assert_eq!(seqs(&log, 0), vec![1, 2, 3]);
     }
 
@@ -1386,7 +1407,7 @@ mod tests {
         let frame = bytes.len() / 3;
         bytes[frame + FRAME_HEADER + record::HEADER_LEN + 3] ^= 0xff;
         std::fs::write(&segment, &bytes).unwrap();
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         let loaded = log.load().unwrap();
         assert_eq!(loaded.corrupt, vec![(0, 2)]);
         assert_eq!(loaded.state.records.safety, 3);
@@ -1426,7 +1447,7 @@ mod tests {
         assert_eq!(files, 1 + 1, "two state slots and no segment");
         append(&log, 0, n + 1..=n + 2);
         drop(log);
-        let log = Log::open(&path).unwrap();
+        let log = Log::open(&path, false).unwrap();
         assert_eq!(seqs(&log, 0), vec![n + 1, n + 2]);
     }
 

@@ -64,18 +64,22 @@ use crate::store::{
 };
 use crate::window::{self, RateEstimator, WindowAlarm};
 
-/// The database file inside the queue directory.
-pub const DB_FILE: &str = "queue.redb";
+/// The store inside the queue directory: the log's directory (see `crate::log`).
+pub const DB_FILE: &str = "queue.log";
+/// The store of the format before the log (a redb file), migrated into [`DB_FILE`] at open.
+pub const LEGACY_FILE: &str = "queue.redb";
 /// A fresh store being prepared to replace a quarantined one.
-const FRESH_FILE: &str = "queue.redb.new";
+const FRESH_FILE: &str = "queue.log.new";
 /// Folder that quarantined stores are moved into.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
 /// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
 pub const MAX_REPORT_BYTES: u64 = 160;
-/// A compaction's copy of the store, until it is renamed over [`DB_FILE`].
-const COMPACT_FILE: &str = "queue.redb.compact";
+/// A compaction's copy of the store, until it is renamed over [`DB_FILE`] (a log never makes
+/// one; the old format's leftover is removed at open).
+const COMPACT_FILE: &str = "queue.log.compact";
+const LEGACY_COMPACT_FILE: &str = "queue.redb.compact";
 /// The file is compacted only when it is at least this large...
 pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// ...and holds less than this fraction (1/n) of live record bytes: the copy is then at most
@@ -1797,7 +1801,10 @@ impl Queue {
     /// live records take less than 1/[`COMPACT_LIVE_FRACTION`] of it (a backlog has drained).
     /// Reads the file's size (one `stat`).
     pub fn compaction_due(&self, now: SystemTime) -> bool {
-        if self.store.is_none()
+        // The log unlinks drained segments as it goes: nothing is ever worth copying.
+        const LOG_NEEDS_COMPACTION: bool = false;
+        if !LOG_NEEDS_COMPACTION
+            || self.store.is_none()
             || self.fault.is_some()
             || !matches!(self.compaction, Compaction::Idle)
             || self.last_compaction.is_some_and(|at| {
@@ -1967,9 +1974,9 @@ impl Queue {
         Ok(compacted)
     }
 
-    /// Size of the database file in bytes.
+    /// Bytes of the store's files (the log's segments and state slots).
     pub fn file_bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+        crate::store::file_bytes(&self.path)
     }
 
     /// Offline window at current rates (see [`crate::window`]); `None` when unbounded.
@@ -2153,8 +2160,28 @@ fn open_store(config: &QueueConfig, now: SystemTime) -> Result<Opened, QueueErro
         // A quarantine was interrupted after the fresh store was complete.
         rename(&fresh, &path)?;
     }
-    // A compaction interrupted before its rename: the store itself is whole.
-    let _ = std::fs::remove_file(dir.join(COMPACT_FILE));
+    // A compaction of the old format interrupted before its rename: the store itself is whole.
+    remove_any(&dir.join(LEGACY_COMPACT_FILE));
+    remove_any(&dir.join(COMPACT_FILE));
+    match contain_panic(AssertUnwindSafe(|| {
+        crate::store::migrate(&dir.join(LEGACY_FILE), &path)
+    })) {
+        Ok(true) => tracing::info!("Migrated the queue store from the old format to the log."),
+        Ok(false) => {}
+        Err(StoreError::Corrupt(reason)) => {
+            // An old store that cannot be read goes where quarantined stores go.
+            let folder = dir.join(QUARANTINE_DIR);
+            let _ = std::fs::create_dir_all(&folder);
+            let moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+            tracing::error!(%reason, moved_to = %moved.display(),
+                "The queue store of the old format is unreadable; moved aside, not migrated.");
+            rename(&dir.join(LEGACY_FILE), &moved)?;
+            let _ = std::fs::write(moved.with_extension("reason"), &reason);
+            sync_dir(&dir);
+        }
+        Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(dir.join(LEGACY_FILE))),
+        Err(error) => return Err(unavailable(&dir.join(LEGACY_FILE), &error)),
+    }
     let cache = config.get().cache_bytes;
     let verify = config.get().verify_on_open;
     let attempt = contain_panic(AssertUnwindSafe(|| {
@@ -2369,7 +2396,12 @@ fn quarantine(
 ) -> Result<(Store, Loaded, PathBuf), QueueError> {
     let dir = &config.get().dir;
     let fresh = dir.join(FRESH_FILE);
-    match std::fs::remove_file(&fresh) {
+    let stale = if fresh.is_dir() {
+        std::fs::remove_dir_all(&fresh)
+    } else {
+        std::fs::remove_file(&fresh)
+    };
+    match stale {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             return Err(QueueError::Directory {
                 path: fresh,
@@ -2467,12 +2499,12 @@ fn quarantine(
         path: folder.clone(),
         source,
     })?;
-    let mut moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+    let mut moved = folder.join(format!("queue-{}.log", unix_ms(now)));
     for n in 1.. {
         if !moved.exists() {
             break;
         }
-        moved = folder.join(format!("queue-{}.{n}.redb", unix_ms(now)));
+        moved = folder.join(format!("queue-{}.{n}.log", unix_ms(now)));
     }
     if path.exists() {
         rename(path, &moved)?;
@@ -2550,7 +2582,8 @@ fn salvage_into(
     kv: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<(), StoreError> {
     const CHUNK_BYTES: usize = 4 * 1024 * 1024;
-    let broken = Store::open(path, cache)?;
+    let _ = cache;
+    let broken = Store::open_for_salvage(path)?;
     // The area is copied even when the state is unusable (its entries describe records the
     // salvage keeps or counts); an unreadable area is lost with the file.
     *kv = broken.kv().unwrap_or_default();
@@ -2605,7 +2638,10 @@ fn prune_quarantine(folder: &Path) {
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "redb"))
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "log" || ext == "redb")
+        })
         .collect();
     // Names carry the time in ms, zero-free and growing: sort by (length, name).
     files.sort_by(|a, b| {
@@ -2614,9 +2650,18 @@ fn prune_quarantine(folder: &Path) {
     });
     let excess = files.len().saturating_sub(QUARANTINE_KEEP);
     for old in &files[..excess] {
-        let _ = std::fs::remove_file(old);
+        remove_any(old);
         let _ = std::fs::remove_file(old.with_extension("reason"));
     }
+}
+
+/// Removes a file or a directory tree, if there.
+fn remove_any(path: &Path) {
+    let _ = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), QueueError> {
