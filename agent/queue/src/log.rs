@@ -76,6 +76,8 @@ struct Segment {
     file: File,
     /// Bytes of valid frames (the file may be longer only while a commit writes).
     len: u64,
+    /// Damaged byte ranges `[from, to)` that recovery found and scans jump over.
+    skips: Vec<(u64, u64)>,
 }
 
 /// What is removed of a tier.
@@ -265,6 +267,10 @@ fn scan(
     let mut offset = from.offset;
     while let Some(segment) = tier.segments.get(index) {
         while offset < segment.len {
+            if let Some(&(_, to)) = segment.skips.iter().find(|(from, _)| *from == offset) {
+                offset = to;
+                continue;
+            }
             if offset + FRAME_HEADER as u64 > segment.len {
                 return Err(StoreError::Corrupt(format!(
                     "segment {} ends inside a frame",
@@ -544,12 +550,14 @@ impl Log {
         }
         let mut slots: Vec<(usize, Slot)> = Vec::new();
         let mut state_files = 0;
+        let mut damaged_slot = false;
         for (i, name) in STATE_FILES.iter().enumerate() {
             match std::fs::read(dir.join(name)) {
                 Ok(bytes) => {
                     state_files += 1;
-                    if let Some(slot) = Slot::decode(&bytes) {
-                        slots.push((i, slot));
+                    match Slot::decode(&bytes) {
+                        Some(slot) => slots.push((i, slot)),
+                        None => damaged_slot |= !bytes.is_empty(),
                     }
                 }
                 Err(error) if error.kind() == ErrorKind::NotFound => {}
@@ -573,7 +581,16 @@ impl Log {
             buf: ScanBuf::default(),
             encoded: Vec::new(),
         };
-        let salvaging = best.is_none() && salvage;
+        let salvaging = salvage;
+        let no_state = best.is_none();
+        if damaged_slot && !salvage {
+            // The newest slot torn by a crash while it was written, or either slot damaged since:
+            // which one cannot be told, so the store is salvaged into a new one (nothing a
+            // valid slot keeps is lost, and a record of the torn commit is kept, not dropped).
+            return Err(StoreError::Corrupt(
+                "a state slot fails its checksum".into(),
+            ));
+        }
         let best = best.or_else(|| {
             salvage.then(|| {
                 (
@@ -625,6 +642,7 @@ impl Log {
                 .map(|&(_, seq)| seq)
                 .collect();
             let mut counted_at_slot = 0u64;
+            let mut gap_total = 0u64;
             let count = names.len();
             for (n, first_seq) in names.into_iter().enumerate() {
                 let path = dir.join(segment_name(ix, first_seq));
@@ -635,30 +653,69 @@ impl Log {
                     .map_err(io)?;
                 let bytes = std::fs::read(&path).map_err(io)?;
                 let last = n + 1 == count;
-                let mut offset = 0usize;
-                let mut stop = false;
-                while offset < bytes.len() && !stop {
-                    let Some(header) = bytes.get(offset..offset + FRAME_HEADER) else {
-                        break;
-                    };
-                    let len =
-                        u32::from_le_bytes(header[0..4].try_into().unwrap_or([0; 4])) as usize;
-                    let tag = u32::from_le_bytes(header[4..8].try_into().unwrap_or([0; 4]));
-                    let end = offset + FRAME_HEADER + len;
-                    if len > MAX_VALUE
-                        || end > bytes.len()
-                        || !(salvaging || committed(tag, slot.generation))
-                    {
-                        break;
+                let accept = |tag: u32| salvaging || committed(tag, slot.generation);
+                // A frame at `at` that passes every check: its end and sequence number.
+                let valid = |at: usize, after: u64| -> Option<(usize, u64)> {
+                    let header = bytes.get(at..at + FRAME_HEADER)?;
+                    let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
+                    let tag = u32::from_le_bytes(header[4..8].try_into().ok()?);
+                    let end = at + FRAME_HEADER + len;
+                    if len > MAX_VALUE || end > bytes.len() || !accept(tag) {
+                        return None;
                     }
-                    let value = &bytes[offset + FRAME_HEADER..end];
-                    let seq = match frame_seq(value) {
-                        Some(seq) if seq > tier.last_seq => seq,
-                        _ => {
-                            stop = true;
-                            continue;
+                    let value = &bytes[at + FRAME_HEADER..end];
+                    let seq = frame_seq(value).filter(|&seq| seq > after)?;
+                    record::check(value, seq).ok()?;
+                    Some((end, seq))
+                };
+                let mut offset = 0usize;
+                let mut skips = Vec::new();
+                let mut gaps = 0u64;
+                let mut torn = false;
+                while offset < bytes.len() {
+                    let frame = bytes.get(offset..offset + FRAME_HEADER).and_then(|header| {
+                        let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
+                        let tag = u32::from_le_bytes(header[4..8].try_into().ok()?);
+                        let end = offset + FRAME_HEADER + len;
+                        (len <= MAX_VALUE && end <= bytes.len()).then_some((end, tag))
+                    });
+                    let parsed = frame.and_then(|(end, tag)| {
+                        let value = &bytes[offset + FRAME_HEADER..end];
+                        let seq = frame_seq(value).filter(|&seq| seq > tier.last_seq)?;
+                        Some((end, tag, seq, record::check(value, seq).is_ok()))
+                    });
+                    // A complete frame whose record fails its checks counts as that record
+                    // when the frame after it (or the segment's end) confirms its place.
+                    let usable = match parsed {
+                        Some((end, tag, _, true)) => accept(tag).then_some(end),
+                        Some((end, tag, seq, false)) if accept(tag) => {
+                            (end == bytes.len() || valid(end, seq).is_some()).then_some(end)
+                        }
+                        _ => None,
+                    };
+                    let Some(end) = usable else {
+                        // Garbage, a torn tail or an uncommitted commit: find the next frame
+                        // that passes every check; what lies between is lost and counted.
+                        let resumed = (offset + 1..bytes.len())
+                            .find_map(|at| valid(at, tier.last_seq).map(|(_, seq)| (at, seq)));
+                        match resumed {
+                            Some((at, seq)) => {
+                                gaps += (tier.last_seq + 1..seq)
+                                    .take(1 << 20)
+                                    .filter(|s| !tier.removal.contains(*s))
+                                    .count() as u64;
+                                skips.push((offset as u64, at as u64));
+                                offset = at;
+                                continue;
+                            }
+                            None => {
+                                torn = true;
+                                break;
+                            }
                         }
                     };
+                    let value = &bytes[offset + FRAME_HEADER..end];
+                    let seq = parsed.map_or(0, |p| p.2);
                     let ok = record::check(value, seq);
                     tier.last_seq = seq;
                     if !tier.removal.contains(seq) {
@@ -686,6 +743,21 @@ impl Log {
                     }
                     offset = end;
                 }
+                if torn && !last {
+                    // The rest of a segment that is not the last is damage, not a torn write:
+                    // the numbers up to the next segment's first are lost.
+                    let next = found
+                        .iter()
+                        .filter(|(t, seq)| *t == ix && *seq > first_seq)
+                        .map(|&(_, seq)| seq)
+                        .next()
+                        .unwrap_or(tier.last_seq + 1);
+                    gaps += (tier.last_seq + 1..next)
+                        .take(1 << 20)
+                        .filter(|s| !tier.removal.contains(*s))
+                        .count() as u64;
+                }
+                gap_total += gaps;
                 if offset < bytes.len() && last && !salvaging {
                     // A torn or uncommitted tail: what the last commit did not finish.
                     if offset == 0 {
@@ -702,12 +774,15 @@ impl Log {
                     first_seq,
                     file,
                     len: offset as u64,
+                    skips,
                 });
             }
             if tier.head.is_none() {
                 tier.head = tier.end();
             }
-            *loaded.unaccounted.at_mut(ix) = slot.records[ix].saturating_sub(counted_at_slot);
+            *loaded.unaccounted.at_mut(ix) = slot.records[ix]
+                .saturating_sub(counted_at_slot)
+                .max(gap_total);
             *loaded.state.records.at_mut(ix) = tier.records;
             *loaded.state.bytes.at_mut(ix) = tier.bytes;
             let next = loaded.state.next_seq.at_mut(ix);
@@ -719,7 +794,7 @@ impl Log {
             sync_dir(dir)?;
         }
         inner.slot = slot;
-        inner.loaded = (!salvaging).then_some(loaded);
+        inner.loaded = (!no_state).then_some(loaded);
         let log = Self {
             dir: dir.to_owned(),
             inner: Mutex::new(inner),
@@ -947,6 +1022,7 @@ impl Log {
                         first_seq: tier.first_staged,
                         file,
                         len: tier.frames.len() as u64,
+                        skips: Vec::new(),
                     });
                 }
             }
