@@ -50,7 +50,7 @@ pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// Bytes of a frame before its value.
 pub const FRAME_HEADER: usize = 8;
 /// Largest value a frame may carry (a longer length is garbage, not a record).
-const MAX_VALUE: usize = 64 * 1024 * 1024;
+const MAX_VALUE: usize = 4 * 1024 * 1024;
 /// Bytes read from a segment at once while scanning.
 const READ_CHUNK: usize = 256 * 1024;
 const STATE_FILES: [&str; 2] = ["state.0", "state.1"];
@@ -397,7 +397,19 @@ impl Reader<'_> {
     }
 }
 
-impl Slot {
+/// A slot's contents by reference, for encoding before the commit that writes it succeeded.
+struct SlotView<'a> {
+    generation: u64,
+    epoch: u64,
+    next_seq: [u64; 3],
+    removal: [&'a Removal; 3],
+    records: [u64; 3],
+    last_seq: [u64; 3],
+    losses: &'a LossTotals,
+    kv: &'a [(String, Vec<u8>)],
+}
+
+impl SlotView<'_> {
     fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         put_u32(out, 0);
@@ -416,13 +428,13 @@ impl Slot {
                 put_u64(out, last);
             }
         }
-        for row in &self.losses {
+        for row in self.losses {
             for total in row {
                 put_u64(out, *total);
             }
         }
         put_u32(out, self.kv.len() as u32);
-        for (key, value) in &self.kv {
+        for (key, value) in self.kv {
             put_u32(out, key.len() as u32);
             out.extend_from_slice(key.as_bytes());
             put_u32(out, value.len() as u32);
@@ -433,7 +445,9 @@ impl Slot {
         out[0..4].copy_from_slice(&len.to_le_bytes());
         out[4..8].copy_from_slice(&crc.to_le_bytes());
     }
+}
 
+impl Slot {
     /// Decodes a slot file's bytes; `None` if torn or not a slot.
     fn decode(bytes: &[u8]) -> Option<Self> {
         let mut r = Reader(bytes);
@@ -489,6 +503,10 @@ struct Inner {
     loaded: Option<Loaded>,
     buf: ScanBuf,
     encoded: Vec<u8>,
+    /// The frame buffers of transactions, kept between them.
+    frames: [Vec<u8>; 3],
+    /// The state files, opened at their first write.
+    state_files: [Option<File>; 2],
 }
 
 /// An open log in a directory.
@@ -512,6 +530,79 @@ fn parse_segment_name(name: &str) -> Option<(usize, u64)> {
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+}
+
+/// What recovery reads of one frame.
+struct FrameInfo {
+    end: usize,
+    tag: u32,
+    /// The sequence number leading the event, if one can be read.
+    seq: Option<u64>,
+    /// The record passes its checks (checksum, sequence number).
+    ok: bool,
+    appended: u64,
+    value_len: usize,
+}
+
+/// A window over a segment file for recovery: reads a chunk at a time, so memory stays bounded
+/// whatever the segment's size.
+struct Window<'f> {
+    file: &'f File,
+    len: usize,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl<'f> Window<'f> {
+    fn new(file: &'f File, len: usize) -> Self {
+        Self {
+            file,
+            len,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// Makes `from..from + n` buffered; false if it runs past the file's end.
+    fn load(&mut self, from: usize, n: usize) -> Result<bool, StoreError> {
+        if from + n > self.len {
+            return Ok(false);
+        }
+        if from < self.at || from + n > self.at + self.buf.len() {
+            let want = n.max(READ_CHUNK).min(self.len - from);
+            self.buf.clear();
+            self.buf.resize(want, 0);
+            self.file
+                .read_exact_at(&mut self.buf, from as u64)
+                .map_err(io)?;
+            self.at = from;
+        }
+        Ok(true)
+    }
+
+    /// The frame starting at `at`, if its header and length fit in the file.
+    fn frame(&mut self, at: usize) -> Result<Option<FrameInfo>, StoreError> {
+        if !self.load(at, FRAME_HEADER)? {
+            return Ok(None);
+        }
+        let header = &self.buf[at - self.at..at - self.at + FRAME_HEADER];
+        let len = u32::from_le_bytes(header[0..4].try_into().unwrap_or([0; 4])) as usize;
+        let tag = u32::from_le_bytes(header[4..8].try_into().unwrap_or([0; 4]));
+        let end = at + FRAME_HEADER + len;
+        if len > MAX_VALUE || !self.load(at, FRAME_HEADER + len)? {
+            return Ok(None);
+        }
+        let value = &self.buf[at - self.at + FRAME_HEADER..end - self.at];
+        let seq = frame_seq(value);
+        Ok(Some(FrameInfo {
+            end,
+            tag,
+            seq,
+            ok: seq.is_some_and(|seq| record::check(value, seq).is_ok()),
+            appended: record::appended_unix_ms(value).unwrap_or(0),
+            value_len: len,
+        }))
+    }
 }
 
 /// Accepts frames tagged with the durable generation or an older one (wrapping `u32`).
@@ -580,6 +671,8 @@ impl Log {
             loaded: None,
             buf: ScanBuf::default(),
             encoded: Vec::new(),
+            frames: Default::default(),
+            state_files: [None, None],
         };
         let salvaging = salvage;
         let no_state = best.is_none();
@@ -651,53 +744,50 @@ impl Log {
                     .write(true)
                     .open(&path)
                     .map_err(io)?;
-                let bytes = std::fs::read(&path).map_err(io)?;
+                let file_len = file.metadata().map_err(io)?.len() as usize;
                 let last = n + 1 == count;
                 let accept = |tag: u32| salvaging || committed(tag, slot.generation);
-                // A frame at `at` that passes every check: its end and sequence number.
-                let valid = |at: usize, after: u64| -> Option<(usize, u64)> {
-                    let header = bytes.get(at..at + FRAME_HEADER)?;
-                    let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
-                    let tag = u32::from_le_bytes(header[4..8].try_into().ok()?);
-                    let end = at + FRAME_HEADER + len;
-                    if len > MAX_VALUE || end > bytes.len() || !accept(tag) {
-                        return None;
-                    }
-                    let value = &bytes[at + FRAME_HEADER..end];
-                    let seq = frame_seq(value).filter(|&seq| seq > after)?;
-                    record::check(value, seq).ok()?;
-                    Some((end, seq))
-                };
+                let mut window = Window::new(&file, file_len);
                 let mut offset = 0usize;
                 let mut skips = Vec::new();
                 let mut gaps = 0u64;
                 let mut torn = false;
-                while offset < bytes.len() {
-                    let frame = bytes.get(offset..offset + FRAME_HEADER).and_then(|header| {
-                        let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
-                        let tag = u32::from_le_bytes(header[4..8].try_into().ok()?);
-                        let end = offset + FRAME_HEADER + len;
-                        (len <= MAX_VALUE && end <= bytes.len()).then_some((end, tag))
-                    });
-                    let parsed = frame.and_then(|(end, tag)| {
-                        let value = &bytes[offset + FRAME_HEADER..end];
-                        let seq = frame_seq(value).filter(|&seq| seq > tier.last_seq)?;
-                        Some((end, tag, seq, record::check(value, seq).is_ok()))
-                    });
+                while offset < file_len {
+                    let frame = window.frame(offset)?;
                     // A complete frame whose record fails its checks counts as that record
                     // when the frame after it (or the segment's end) confirms its place.
-                    let usable = match parsed {
-                        Some((end, tag, _, true)) => accept(tag).then_some(end),
-                        Some((end, tag, seq, false)) if accept(tag) => {
-                            (end == bytes.len() || valid(end, seq).is_some()).then_some(end)
+                    let usable = match &frame {
+                        Some(f)
+                            if accept(f.tag) && f.seq.is_some_and(|seq| seq > tier.last_seq) =>
+                        {
+                            if f.ok {
+                                true
+                            } else {
+                                let seq = f.seq.unwrap_or(0);
+                                f.end == file_len
+                                    || window.frame(f.end)?.is_some_and(|next| {
+                                        next.ok
+                                            && accept(next.tag)
+                                            && next.seq.is_some_and(|s| s > seq)
+                                    })
+                            }
                         }
-                        _ => None,
+                        _ => false,
                     };
-                    let Some(end) = usable else {
+                    let Some(frame) = frame.filter(|_| usable) else {
                         // Garbage, a torn tail or an uncommitted commit: find the next frame
                         // that passes every check; what lies between is lost and counted.
-                        let resumed = (offset + 1..bytes.len())
-                            .find_map(|at| valid(at, tier.last_seq).map(|(_, seq)| (at, seq)));
+                        let mut resumed = None;
+                        for at in offset + 1..file_len {
+                            if let Some(next) = window.frame(at)? {
+                                if let Some(seq) = next.seq.filter(|&seq| {
+                                    next.ok && accept(next.tag) && seq > tier.last_seq
+                                }) {
+                                    resumed = Some((at, seq));
+                                    break;
+                                }
+                            }
+                        }
                         match resumed {
                             Some((at, seq)) => {
                                 gaps += (tier.last_seq + 1..seq)
@@ -714,25 +804,22 @@ impl Log {
                             }
                         }
                     };
-                    let value = &bytes[offset + FRAME_HEADER..end];
-                    let seq = parsed.map_or(0, |p| p.2);
-                    let ok = record::check(value, seq);
+                    let seq = frame.seq.unwrap_or(0);
                     tier.last_seq = seq;
                     if !tier.removal.contains(seq) {
-                        let stored = record::KEY_LEN + value.len() as u64;
+                        let stored = record::KEY_LEN + frame.value_len as u64;
                         tier.records += 1;
                         tier.bytes += stored;
                         if seq <= slot.last_seq[ix] {
                             counted_at_slot += 1;
                         }
-                        match ok {
-                            Ok(view) => {
-                                loaded
-                                    .oldest
-                                    .at_mut(ix)
-                                    .get_or_insert((seq, view.appended_unix_ms));
-                            }
-                            Err(_) => loaded.corrupt.push((ix, seq)),
+                        if frame.ok {
+                            loaded
+                                .oldest
+                                .at_mut(ix)
+                                .get_or_insert((seq, frame.appended));
+                        } else {
+                            loaded.corrupt.push((ix, seq));
                         }
                         if tier.head.is_none() {
                             tier.head = Some(Pos {
@@ -741,7 +828,7 @@ impl Log {
                             });
                         }
                     }
-                    offset = end;
+                    offset = frame.end;
                 }
                 if torn && !last {
                     // The rest of a segment that is not the last is damage, not a torn write:
@@ -758,7 +845,7 @@ impl Log {
                         .count() as u64;
                 }
                 gap_total += gaps;
-                if offset < bytes.len() && last && !salvaging {
+                if offset < file_len && last && !salvaging {
                     // A torn or uncommitted tail: what the last commit did not finish.
                     if offset == 0 {
                         drop(file);
@@ -881,64 +968,66 @@ impl Log {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let buf = std::mem::take(&mut inner.buf);
+        let frames = std::mem::take(&mut inner.frames);
         let tx = LogTx {
-            staged: std::cell::RefCell::new(Staged::from(inner)),
+            staged: std::cell::RefCell::new(Staged::from(inner, frames)),
             inner: &*inner,
             buf: std::cell::RefCell::new(buf),
         };
         let result = work(&tx);
         let LogTx { staged, buf, .. } = tx;
         inner.buf = buf.into_inner();
-        let value = result?;
-        self.commit(inner, staged.into_inner())?;
-        Ok(value)
+        let mut staged = staged.into_inner();
+        let result = match result {
+            Ok(value) => self.commit(inner, &mut staged).map(|()| value),
+            Err(error) => Err(error),
+        };
+        // The frame buffers are kept for the next transaction.
+        for (ix, tier) in staged.tiers.iter_mut().enumerate() {
+            let mut frames = std::mem::take(&mut tier.frames);
+            frames.clear();
+            inner.frames[ix] = frames;
+        }
+        result
     }
 
-    fn commit(&self, inner: &mut Inner, staged: Staged) -> Result<(), StoreError> {
-        let mut slot = inner.slot.clone();
-        let mut needs_state = staged.kv_changed || inner.loaded.is_none();
+    fn commit(&self, inner: &mut Inner, staged: &mut Staged) -> Result<(), StoreError> {
+        let mut needs_state = staged.kv.is_some() || inner.loaded.is_none();
+        let mut next_seq = inner.slot.next_seq;
+        let (mut epoch, mut losses) = (inner.slot.epoch, inner.slot.losses);
+        for ix in 0..3 {
+            next_seq[ix] = next_seq[ix].max(staged.tiers[ix].last_seq + 1);
+        }
         if let Some(state) = &staged.state {
-            slot.epoch = state.epoch;
-            slot.losses = state.losses;
-            needs_state |= state.epoch != inner.slot.epoch || state.losses != inner.slot.losses;
-            for ix in 0..3 {
-                let carried = inner.slot.next_seq[ix].max(staged.tiers[ix].last_seq + 1);
+            needs_state |= state.epoch != epoch || state.losses != losses;
+            (epoch, losses) = (state.epoch, state.losses);
+            for (ix, next) in next_seq.iter_mut().enumerate() {
                 let wanted = *state.next_seq.at(ix);
-                if wanted > carried {
+                if wanted > *next {
                     needs_state = true;
+                    *next = wanted;
                 }
-                slot.next_seq[ix] = wanted.max(staged.tiers[ix].last_seq + 1);
             }
         }
         for ix in 0..3 {
-            if staged.tiers[ix].removal != inner.tiers[ix].removal {
-                needs_state = true;
-            }
-            slot.removal[ix] = staged.tiers[ix].removal.clone();
-            slot.records[ix] = staged.tiers[ix].records;
-            slot.last_seq[ix] = staged.tiers[ix].last_seq;
+            needs_state |= staged.tiers[ix].removal != inner.tiers[ix].removal;
         }
-        slot.kv = staged.kv.clone();
-        let generation = if needs_state {
-            inner.slot.generation + 1
-        } else {
-            inner.slot.generation
-        };
-        slot.generation = generation;
-        // Write the frames of each tier.
-        let mut created: Vec<(usize, PathBuf)> = Vec::new();
-        let mut written: Vec<(usize, u64)> = Vec::new();
+        let generation = inner.slot.generation + u64::from(needs_state);
+        for tier in &mut staged.tiers {
+            let mut at = 0;
+            while at < tier.frames.len() {
+                let len = u32::from_le_bytes(tier.frames[at..at + 4].try_into().unwrap_or([0; 4]));
+                tier.frames[at + 4..at + 8].copy_from_slice(&(generation as u32).to_le_bytes());
+                at += FRAME_HEADER + len as usize;
+            }
+        }
+        // Write the frames of each tier, then the state.
+        let mut created: [Option<PathBuf>; 3] = Default::default();
+        let mut written: [Option<u64>; 3] = [None; 3];
         let result = (|| -> Result<(), StoreError> {
             for (ix, tier) in staged.tiers.iter().enumerate() {
                 if tier.frames.is_empty() {
                     continue;
-                }
-                let mut frames = tier.frames.clone();
-                let mut at = 0;
-                while at < frames.len() {
-                    let len = u32::from_le_bytes(frames[at..at + 4].try_into().unwrap_or([0; 4]));
-                    frames[at + 4..at + 8].copy_from_slice(&(generation as u32).to_le_bytes());
-                    at += FRAME_HEADER + len as usize;
                 }
                 let live = &inner.tiers[ix];
                 let active = live
@@ -947,11 +1036,11 @@ impl Log {
                     .filter(|segment| segment.len < SEGMENT_BYTES);
                 match active {
                     Some(segment) => {
+                        written[ix] = Some(segment.len);
                         segment
                             .file
-                            .write_all_at(&frames, segment.len)
+                            .write_all_at(&tier.frames, segment.len)
                             .map_err(io)?;
-                        written.push((ix, segment.len));
                         segment.file.sync_data().map_err(io)?;
                     }
                     None => {
@@ -963,26 +1052,46 @@ impl Log {
                             .truncate(true)
                             .open(&path)
                             .map_err(io)?;
-                        created.push((ix, path));
-                        file.write_all_at(&frames, 0).map_err(io)?;
+                        created[ix] = Some(path);
+                        file.write_all_at(&tier.frames, 0).map_err(io)?;
                         file.sync_data().map_err(io)?;
                     }
                 }
             }
-            if !created.is_empty() {
+            if created.iter().any(Option::is_some) {
                 sync_dir(&self.dir)?;
             }
             if needs_state {
-                slot.encode(&mut inner.encoded);
-                let path = self.dir.join(STATE_FILES[inner.next_slot]);
-                let file = OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(io)?;
-                file.write_all_at(&inner.encoded, 0).map_err(io)?;
-                file.sync_data().map_err(io)?;
+                SlotView {
+                    generation,
+                    epoch,
+                    next_seq,
+                    removal: [
+                        &staged.tiers[0].removal,
+                        &staged.tiers[1].removal,
+                        &staged.tiers[2].removal,
+                    ],
+                    records: [0, 1, 2].map(|ix| staged.tiers[ix].records),
+                    last_seq: [0, 1, 2].map(|ix| staged.tiers[ix].last_seq),
+                    losses: &losses,
+                    kv: staged.kv.as_deref().unwrap_or(&inner.slot.kv),
+                }
+                .encode(&mut inner.encoded);
+                let slot = inner.next_slot;
+                if inner.state_files[slot].is_none() {
+                    inner.state_files[slot] = Some(
+                        OpenOptions::new()
+                            .write(true)
+                            .create(true)
+                            .truncate(false)
+                            .open(self.dir.join(STATE_FILES[slot]))
+                            .map_err(io)?,
+                    );
+                }
+                if let Some(file) = &inner.state_files[slot] {
+                    file.write_all_at(&inner.encoded, 0).map_err(io)?;
+                    file.sync_data().map_err(io)?;
+                }
                 if inner.loaded.is_none() {
                     sync_dir(&self.dir)?;
                 }
@@ -991,42 +1100,42 @@ impl Log {
         })();
         if let Err(error) = result {
             inner.buf.clear();
+            // A handle that met an error is not used again.
+            inner.state_files = [None, None];
             // Undo the appends so a later commit does not build on them.
-            for (ix, len) in written {
-                if let Some(segment) = inner.tiers[ix].segments.back() {
-                    let _ = segment.file.set_len(len);
+            for (ix, len) in written.iter().enumerate() {
+                if let (Some(len), Some(segment)) = (len, inner.tiers[ix].segments.back()) {
+                    let _ = segment.file.set_len(*len);
                 }
             }
-            for (_, path) in created {
+            for path in created.iter().flatten() {
                 let _ = std::fs::remove_file(path);
             }
             return Err(error);
         }
         // Apply.
-        let mut created = created.into_iter();
-        for (ix, tier) in staged.tiers.into_iter().enumerate() {
+        for (ix, tier) in staged.tiers.iter_mut().enumerate() {
             let live = &mut inner.tiers[ix];
-            if !tier.frames.is_empty() {
-                let reused = written.iter().any(|&(w, _)| w == ix);
-                if reused {
-                    if let Some(segment) = live.segments.back_mut() {
-                        segment.len += tier.frames.len() as u64;
-                    }
-                } else if let Some((_, path)) = created.next() {
-                    let file = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(&path)
-                        .map_err(io)?;
-                    live.segments.push_back(Segment {
-                        first_seq: tier.first_staged,
-                        file,
-                        len: tier.frames.len() as u64,
-                        skips: Vec::new(),
-                    });
+            if written[ix].is_some() {
+                if let Some(segment) = live.segments.back_mut() {
+                    segment.len += tier.frames.len() as u64;
                 }
+            } else if let Some(path) = &created[ix] {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(io)?;
+                live.segments.push_back(Segment {
+                    first_seq: tier.first_staged,
+                    file,
+                    len: tier.frames.len() as u64,
+                    skips: Vec::new(),
+                });
             }
-            live.removal = tier.removal;
+            if live.removal != tier.removal {
+                std::mem::swap(&mut live.removal, &mut tier.removal);
+            }
             live.last_seq = tier.last_seq;
             live.records = tier.records;
             live.bytes = tier.bytes;
@@ -1034,8 +1143,22 @@ impl Log {
         }
         if needs_state {
             inner.next_slot = 1 - inner.next_slot;
+            let slot = &mut inner.slot;
+            slot.generation = generation;
+            slot.epoch = epoch;
+            slot.losses = losses;
+            slot.next_seq = next_seq;
+            for ix in 0..3 {
+                slot.removal[ix].clone_from(&inner.tiers[ix].removal);
+                slot.records[ix] = inner.tiers[ix].records;
+                slot.last_seq[ix] = inner.tiers[ix].last_seq;
+            }
+            if let Some(kv) = staged.kv.take() {
+                slot.kv = kv;
+            }
+        } else {
+            inner.slot.next_seq = next_seq;
         }
-        inner.slot = slot;
         if inner.loaded.is_none() {
             inner.loaded = Some(Loaded::fresh(staged.state.unwrap_or(Persisted::fresh(0))));
         }
@@ -1095,16 +1218,17 @@ struct StagedTier {
 struct Staged {
     tiers: [StagedTier; 3],
     state: Option<Persisted>,
-    kv: Vec<(String, Vec<u8>)>,
-    kv_changed: bool,
+    /// The key-value area, once this transaction changed it.
+    kv: Option<Vec<(String, Vec<u8>)>>,
 }
 
 impl Staged {
-    fn from(inner: &Inner) -> Self {
-        let tier = |ix: usize| {
+    fn from(inner: &Inner, frames: [Vec<u8>; 3]) -> Self {
+        let [f0, f1, f2] = frames;
+        let tier = |ix: usize, frames: Vec<u8>| {
             let live = &inner.tiers[ix];
             StagedTier {
-                frames: Vec::new(),
+                frames,
                 first_staged: 0,
                 last_seq: live.last_seq,
                 removal: live.removal.clone(),
@@ -1114,10 +1238,9 @@ impl Staged {
             }
         };
         Self {
-            tiers: [tier(0), tier(1), tier(2)],
+            tiers: [tier(0, f0), tier(1, f1), tier(2, f2)],
             state: None,
-            kv: inner.slot.kv.clone(),
-            kv_changed: false,
+            kv: None,
         }
     }
 }
@@ -1138,13 +1261,13 @@ impl LogTx<'_> {
     /// Writes `value` under `key` in the key-value area, or removes `key` when `value` is `None`.
     pub fn put_kv(&self, key: &str, value: Option<&[u8]>) {
         let mut staged = self.staged.borrow_mut();
-        staged.kv_changed = true;
-        let at = staged.kv.binary_search_by(|(k, _)| k.as_str().cmp(key));
+        let kv = staged.kv.get_or_insert_with(|| self.inner.slot.kv.clone());
+        let at = kv.binary_search_by(|(k, _)| k.as_str().cmp(key));
         match (at, value) {
-            (Ok(i), Some(value)) => staged.kv[i].1 = value.to_vec(),
-            (Err(i), Some(value)) => staged.kv.insert(i, (key.to_owned(), value.to_vec())),
+            (Ok(i), Some(value)) => kv[i].1 = value.to_vec(),
+            (Err(i), Some(value)) => kv.insert(i, (key.to_owned(), value.to_vec())),
             (Ok(i), None) => {
-                staged.kv.remove(i);
+                kv.remove(i);
             }
             (Err(_), None) => {}
         }
