@@ -36,6 +36,7 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -634,10 +635,14 @@ impl Log {
         }
         // One process at a time: an advisory lock on the directory, released when closed.
         let lock = File::open(dir).map_err(io)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Locked),
-            Err(std::fs::TryLockError::Error(error)) => return Err(io(error)),
+        // SAFETY: `flock` on a descriptor this function owns, open for the call's duration.
+        let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() == ErrorKind::WouldBlock {
+                return Err(StoreError::Locked);
+            }
+            return Err(io(error));
         }
         let mut slots: Vec<(usize, Slot)> = Vec::new();
         let mut state_files = 0;
@@ -779,13 +784,13 @@ impl Log {
                         // that passes every check; what lies between is lost and counted.
                         let mut resumed = None;
                         for at in offset + 1..file_len {
-                            if let Some(next) = window.frame(at)? {
-                                if let Some(seq) = next.seq.filter(|&seq| {
+                            if let Some(next) = window.frame(at)?
+                                && let Some(seq) = next.seq.filter(|&seq| {
                                     next.ok && accept(next.tag) && seq > tier.last_seq
-                                }) {
-                                    resumed = Some((at, seq));
-                                    break;
-                                }
+                                })
+                            {
+                                resumed = Some((at, seq));
+                                break;
                             }
                         }
                         match resumed {
@@ -995,8 +1000,8 @@ impl Log {
         let mut needs_state = staged.kv.is_some() || inner.loaded.is_none();
         let mut next_seq = inner.slot.next_seq;
         let (mut epoch, mut losses) = (inner.slot.epoch, inner.slot.losses);
-        for ix in 0..3 {
-            next_seq[ix] = next_seq[ix].max(staged.tiers[ix].last_seq + 1);
+        for (next, tier) in next_seq.iter_mut().zip(&staged.tiers) {
+            *next = (*next).max(tier.last_seq + 1);
         }
         if let Some(state) = &staged.state {
             needs_state |= state.epoch != epoch || state.losses != losses;
@@ -1245,6 +1250,14 @@ impl Staged {
     }
 }
 
+/// The first live record of a tier, as a transaction sees it.
+struct Oldest {
+    seq: u64,
+    appended: u64,
+    /// Where it is in a segment; `None` for a record this transaction appended.
+    pos: Option<Pos>,
+}
+
 /// A write transaction in progress.
 pub struct LogTx<'a> {
     inner: &'a Inner,
@@ -1322,29 +1335,32 @@ impl LogTx<'_> {
     }
 
     /// The first live record of tier `ix` in the log or among this transaction's appends.
-    fn oldest(&self, ix: usize) -> Result<Option<(u64, u64, u64, Option<Pos>)>, StoreError> {
+    fn oldest(&self, ix: usize) -> Result<Option<Oldest>, StoreError> {
         let staged = self.staged.borrow();
         let tier = &staged.tiers[ix];
         let live = &self.inner.tiers[ix];
-        if let Some((seq, bytes, appended, pos)) =
+        if let Some((seq, _, appended, pos)) =
             first_live(live, &tier.removal, tier.head, &mut self.buf.borrow_mut())?
         {
-            return Ok(Some((seq, bytes, appended, Some(pos))));
+            return Ok(Some(Oldest {
+                seq,
+                appended,
+                pos: Some(pos),
+            }));
         }
         let mut at = 0;
         while at < tier.frames.len() {
             let len =
                 u32::from_le_bytes(tier.frames[at..at + 4].try_into().unwrap_or([0; 4])) as usize;
             let value = &tier.frames[at + FRAME_HEADER..at + FRAME_HEADER + len];
-            if let Some(seq) = frame_seq(value) {
-                if !tier.removal.contains(seq) {
-                    return Ok(Some((
-                        seq,
-                        record::KEY_LEN + len as u64,
-                        record::appended_unix_ms(value).unwrap_or(0),
-                        None,
-                    )));
-                }
+            if let Some(seq) = frame_seq(value)
+                && !tier.removal.contains(seq)
+            {
+                return Ok(Some(Oldest {
+                    seq,
+                    appended: record::appended_unix_ms(value).unwrap_or(0),
+                    pos: None,
+                }));
             }
             at += FRAME_HEADER + len;
         }
@@ -1356,12 +1372,12 @@ impl LogTx<'_> {
         let next = self.oldest(ix)?;
         let mut staged = self.staged.borrow_mut();
         let tier = &mut staged.tiers[ix];
-        let below = next.map_or(tier.last_seq + 1, |(seq, ..)| seq);
+        let below = next.as_ref().map_or(tier.last_seq + 1, |oldest| oldest.seq);
         tier.removal.advance(below);
         // The head moves to the first live record, or past every committed frame.
-        tier.head = match next {
-            Some((_, _, _, Some(pos))) => Some(pos),
-            _ => self.inner.tiers[ix].end(),
+        tier.head = match next.and_then(|oldest| oldest.pos) {
+            Some(pos) => Some(pos),
+            None => self.inner.tiers[ix].end(),
         };
         Ok(())
     }
@@ -1418,7 +1434,7 @@ impl LogTx<'_> {
 
     /// Removes and describes the oldest live record of tier `ix`.
     pub fn pop_oldest(&self, ix: usize) -> Result<Option<Removed>, StoreError> {
-        let Some((seq, ..)) = self.oldest(ix)? else {
+        let Some(Oldest { seq, .. }) = self.oldest(ix)? else {
             return Ok(None);
         };
         let mut result = None;
@@ -1428,9 +1444,7 @@ impl LogTx<'_> {
 
     /// Sequence number and append time of the oldest live record of tier `ix`.
     pub fn peek_oldest(&self, ix: usize) -> Result<Option<(u64, u64)>, StoreError> {
-        Ok(self
-            .oldest(ix)?
-            .map(|(seq, _, appended, _)| (seq, appended)))
+        Ok(self.oldest(ix)?.map(|oldest| (oldest.seq, oldest.appended)))
     }
 }
 

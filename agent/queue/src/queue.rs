@@ -1,9 +1,9 @@
-//! The queue: appends buffered in memory, one durable write transaction per flush holding the
+//! The queue: appends buffered in memory, one durable commit of the log per flush holding the
 //! appends, the deletions of acknowledged records, expiry, eviction, the loss reports and the
 //! staged entries of the key-value area; reads in strict tier order; quarantine of a store that
 //! will not open; a store that cannot be opened or written (not corruption) retried with
-//! backoff while safety appends are held in memory; compaction of the file, copied elsewhere and
-//! swapped in at a flush.
+//! backoff while safety appends are held in memory; a store of the old format migrated at open;
+//! a compaction API the log never needs (drained segments are unlinked as records go).
 //!
 //! ```text
 //!              open ok                      commit fails (EIO, ENOSPC)
@@ -34,9 +34,9 @@
 //! - A quarantine reports, per tier, the records of the old store that did not reach the new
 //!   one under the old epoch, bounded by the old store's state or else by the last status
 //!   snapshot.
-//! - A compaction never writes the live store: it copies a snapshot into another file (on the
-//!   caller's thread of choice), and the next flush applies what changed since, then renames the
-//!   copy into place before it commits; an interruption at any step leaves the live file whole.
+//! - A compaction is never due with the log; were one to run, it would never write the live
+//!   store: it copies a snapshot elsewhere, and a flush applies what changed since and renames
+//!   the copy into place before it commits.
 //! - The queue reads no clock and spawns nothing: every time is an argument.
 
 use std::ops::RangeInclusive;
@@ -228,13 +228,13 @@ impl CompactionJob {
 /// What a [`CompactionJob`] produced.
 pub struct CompactionResult(Result<Copied, StoreError>);
 
-/// The store a compaction replaced, still open. Closing it commits redb's allocator state for
-/// the whole old file (about a tenth of a second for a few hundred MiB): close it where that
-/// cannot delay anything ([`Queue::take_retired_store`]). Its file is already replaced.
+/// The store a compaction replaced, still open: close it where that cannot delay anything
+/// ([`Queue::take_retired_store`]). Its files are already replaced. (The log is never
+/// compacted, so there is none.)
 pub struct RetiredStore(Store);
 
 impl RetiredStore {
-    /// Closes the old store (a failure inside redb is contained and logged).
+    /// Closes the old store.
     pub fn close(self) {
         drop(self.0);
     }
@@ -510,7 +510,7 @@ pub struct Queue {
     snapshot_paths: status::SnapshotPaths,
 }
 
-/// The store, with a manual Debug (redb's handles have none worth printing).
+/// The store, with a manual Debug (its file handles have none worth printing).
 struct StoreSlot(Store);
 
 impl std::fmt::Debug for StoreSlot {
@@ -1279,7 +1279,6 @@ impl Queue {
                 written += 1;
             }
             let oldest = table.peek_oldest()?;
-            drop(table);
             tx.put_state(&state)?;
             Ok(oldest)
         })?;
@@ -1679,7 +1678,7 @@ impl Queue {
     }
 
     /// Reopens a store closed by a failure (or never opened), if the next attempt is due: a
-    /// new handle on the file, redb's recovery, the queue's checks.
+    /// new handle on the files, the log's recovery, the queue's checks.
     fn reopen(&mut self, now: SystemTime) -> Result<(), FlushError> {
         let held = self.pending.entries.len();
         let not_yet = |reason: String| FlushError {
@@ -1753,7 +1752,7 @@ impl Queue {
     /// Moves the current store aside and continues with a fresh one (new epoch). Pending
     /// appends are kept and get new sequence numbers in the new epoch.
     fn quarantine_now(&mut self, reason: &str, now: SystemTime) -> Result<(), FlushError> {
-        // Closing a damaged store may fail inside redb: `Store`'s drop contains it.
+        // The damaged store's handles are closed before it is moved aside.
         self.store = None;
         self.compaction.cancel();
         let held = self.pending.entries.len();
@@ -2144,7 +2143,8 @@ struct Opened {
 }
 
 /// Opens the store in `config.dir`: creates the directory, completes an interrupted quarantine,
-/// drops a compaction copy left by a crash, runs redb's recovery and the integrity check, and
+/// drops a compaction copy left by a crash, migrates a store of the old format, runs the log's
+/// recovery (every record's checksum), and
 /// quarantines a store that fails (a fresh one with a new epoch replaces it). Errors are only
 /// what retrying later may cure (the store unavailable, the directory) or another process
 /// holding the store.

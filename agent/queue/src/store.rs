@@ -429,8 +429,8 @@ pub fn migrate(old: &Path, new: &Path) -> Result<bool, StoreError> {
             )));
         }
         let mut state = Persisted::fresh(get(META_EPOCH)?);
-        for ix in 0..3 {
-            *state.next_seq.at_mut(ix) = get(META_NEXT_SEQ[ix])?.max(1);
+        for (ix, key) in META_NEXT_SEQ.iter().enumerate() {
+            *state.next_seq.at_mut(ix) = get(key)?.max(1);
         }
         let losses = txn.open_table(LOSSES)?;
         for entry in losses.iter()? {
@@ -495,10 +495,10 @@ pub fn migrate(old: &Path, new: &Path) -> Result<bool, StoreError> {
 }
 
 fn sync_parent(path: &Path) {
-    if let Some(parent) = path.parent() {
-        if let Ok(dir) = std::fs::File::open(parent) {
-            let _ = dir.sync_all();
-        }
+    if let Some(parent) = path.parent()
+        && let Ok(dir) = std::fs::File::open(parent)
+    {
+        let _ = dir.sync_all();
     }
 }
 
