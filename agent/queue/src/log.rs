@@ -44,7 +44,105 @@ use std::sync::Mutex;
 use edgewatch_proto::tier::{NAMES, PerTier};
 
 use crate::record;
-use crate::store::{Loaded, LossTotals, Persisted, Removed, StoreError};
+
+// The vocabulary of the storage boundary (`store` re-exports it): what a store remembers, what
+// opening it found, what a removal took, and how an operation failed.
+
+/// Loss causes are `LossCause` values `0..LOSS_CAUSES`.
+pub const LOSS_CAUSES: usize = 8;
+
+/// Running loss totals, indexed `[tier][cause]`.
+pub type LossTotals = [[u64; LOSS_CAUSES]; 3];
+
+/// What the store remembers besides the records themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    /// Random id of this store, fixed at creation.
+    pub epoch: u64,
+    /// Next sequence number per tier (sequence numbers start at 1).
+    pub next_seq: PerTier<u64>,
+    /// Records stored per tier.
+    pub records: PerTier<u64>,
+    /// Bytes stored per tier (key + value).
+    pub bytes: PerTier<u64>,
+    /// Loss totals since the store was created.
+    pub losses: LossTotals,
+}
+
+impl Persisted {
+    /// Takes one record of `bytes` off tier `ix`'s counts (saturating: counts repaired at open
+    /// never make a deletion fail).
+    pub fn forget(&mut self, ix: usize, bytes: u64) {
+        let stored = self.bytes.at_mut(ix);
+        *stored = stored.saturating_sub(bytes);
+        let records = self.records.at_mut(ix);
+        *records = records.saturating_sub(1);
+    }
+
+    /// The state of a store just created.
+    pub fn fresh(epoch: u64) -> Self {
+        Self {
+            epoch,
+            next_seq: PerTier::all(1),
+            records: PerTier::default(),
+            bytes: PerTier::default(),
+            losses: [[0; LOSS_CAUSES]; 3],
+        }
+    }
+}
+
+/// A store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file is not a readable store of this format (bad header, failed page checksum,
+    /// missing or inconsistent state).
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+    /// The file system has no space left.
+    #[error("disk is full")]
+    DiskFull,
+    /// Another process has the store open.
+    #[error("store is open in another process")]
+    Locked,
+    /// Reading or writing the file failed otherwise.
+    #[error("store I/O failed: {0}")]
+    Io(String),
+}
+
+/// A store's state as loaded and verified.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The state, with record and byte counts as found.
+    pub state: Persisted,
+    /// Records present but failing their checks: `(tier, seq)`.
+    pub corrupt: Vec<(usize, u64)>,
+    /// Records the state counted that the log no longer holds.
+    pub unaccounted: PerTier<u64>,
+    /// Sequence number and append time of the oldest intact record per tier.
+    pub oldest: PerTier<Option<(u64, u64)>>,
+    /// The key-value area, in key order.
+    pub kv: Vec<(String, Vec<u8>)>,
+}
+
+/// A record removed from a tier: its key and stored bytes (key + value).
+#[derive(Clone, Copy, Debug)]
+pub struct Removed {
+    pub seq: u64,
+    pub bytes: u64,
+}
+
+impl Loaded {
+    /// A just-created store: nothing to verify.
+    pub fn fresh(state: Persisted) -> Self {
+        Self {
+            state,
+            corrupt: Vec::new(),
+            unaccounted: PerTier::default(),
+            oldest: PerTier::default(),
+            kv: Vec::new(),
+        }
+    }
+}
 
 /// A segment takes no more appends once it holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
