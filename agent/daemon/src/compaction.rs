@@ -1,22 +1,18 @@
-//! The queue file's compaction, off the agent's thread. After a large backlog drains, the redb
-//! file keeps its high-water size (freed pages are reused, not returned); every crash recovery
-//! walks the whole file. When the queue says a compaction is due (its live records under a
-//! quarter of a file of at least 4 MiB, at most every 30 s), this task hands the copy to a
-//! blocking thread and gives the result back to the queue, whose next flush swaps it in.
+//! The queue's compaction task, kept for the queue's compaction API. The queue's store is a
+//! segmented log that unlinks drained segments as records are removed, so it never reports a
+//! compaction due (`docs/queue.md`, "Compaction"): this task asks every `CHECK_INTERVAL` (no
+//! I/O: the answer is constant) and never starts a copy. Were a store to need one again, the
+//! task hands the copy to a blocking thread and gives the result back to the queue, whose next
+//! flush swaps it in.
 //!
 //! ```text
-//! every CHECK_INTERVAL: queue.begin_compaction ─► spawn_blocking(job.run): copy a snapshot
-//!   (the runtime goes on: appends, flushes, drain)          │ into queue.redb.compact
-//!                       queue.finish_compaction(result) ◄───┘
-//!   next flush: apply deletions and appends since the snapshot, rename over queue.redb
-//!   next tick: close the replaced store on a blocking thread (redb writes its allocator state)
+//! every CHECK_INTERVAL: queue.begin_compaction ─► (a log: None, nothing to do)
+//!   otherwise: spawn_blocking(job.run) ─► queue.finish_compaction(result) ─► swapped at a flush
 //! ```
 //!
 //! Invariants:
-//! - Neither the copy nor closing the replaced store runs on the runtime's thread: a safety
-//!   append and its flush wait for no part of them. The one step on that thread is the swap
-//!   inside a flush, bounded by what changed during the copy (its longest pause is in
-//!   `docs/queue.md`).
+//! - Neither a copy nor closing a replaced store runs on the runtime's thread: a safety append
+//!   and its flush wait for no part of them.
 //! - One compaction at a time; a copy still running at shutdown is cancelled when the queue
 //!   drops, and its file is removed at the next open.
 
@@ -39,8 +35,7 @@ pub async fn compaction_loop(spool: Spool, mut shutdown: watch::Receiver<bool>) 
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        // The store the last swap replaced: closing it writes redb's allocator state for the
-        // whole old file, work for this thread's neighbour, not for the one that flushes.
+        // The store a swap replaced is closed off the thread that flushes.
         if let Some(old) = spool.queue_mut().take_retired_store() {
             tokio::task::spawn_blocking(move || old.close());
         }

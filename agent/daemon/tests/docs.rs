@@ -320,9 +320,9 @@ fn agent_keys_named_in_the_operator_documents_exist() {
         "deadline.",
         "model.",
     ];
-    // Names that look like keys but are files (`queue.redb`, `machine.crt`).
+    // Names that look like keys but are files (`queue.log`, `queue.redb`, `machine.crt`).
     let file_extensions = [
-        "redb", "tmp", "crt", "key", "crl", "pem", "json", "toml", "md", "rs",
+        "log", "redb", "tmp", "crt", "key", "crl", "pem", "json", "toml", "md", "rs",
     ];
     let mut checked = 0;
     for (name, doc) in [

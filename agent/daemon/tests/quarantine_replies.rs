@@ -103,10 +103,14 @@ fn a_safety_client_waiting_when_the_store_is_quarantined_gets_an_error_naming_it
         while spool.queue().pending_records() == 0 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        // The disk damages the store under the running queue: everything past its first
-        // 64 KiB reads as zeros. The next read finds it, and the flush that follows quarantines.
-        {
-            let path = queue_dir.join("queue.redb");
+        // The disk damages the store under the running queue: everything past the first
+        // 64 KiB of each segment reads as zeros. The next read finds it, and the flush that
+        // follows quarantines.
+        for entry in std::fs::read_dir(queue_dir.join("queue.log")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|ext| ext != "seg") {
+                continue;
+            }
             let len = std::fs::metadata(&path).unwrap().len();
             let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             file.seek(SeekFrom::Start(64 * 1024)).unwrap();

@@ -42,7 +42,7 @@ fn refresh(list: &mut Vec<SourceStatus>, tick: u64) {
 /// The store as the queue reports it: working on even ticks, unavailable on odd ones.
 fn store(tick: u64, since: SystemTime) -> StoreView<'static> {
     let fault = (tick % 2 == 1).then(|| StoreFault {
-        reason: "queue store at /var/lib/edgewatch-agent/queue.redb is unavailable: disk is full",
+        reason: "queue store at /var/lib/edgewatch-agent/queue.log is unavailable: disk is full",
         since,
         attempts: tick as u32,
         next_attempt: since + Duration::from_secs(tick),

@@ -197,14 +197,15 @@ fn an_agent_whose_store_cannot_open_stays_up_holds_safety_events_and_writes_each
  {
     let dir = tempfile::tempdir().unwrap();
     let queue = dir.path().join("queue");
-    // Not corruption: the store's path cannot be opened as a file at all.
-    let blocker = queue.join("queue.redb");
-    std::fs::create_dir_all(&blocker).unwrap();
+    // Not corruption: the store's path cannot be opened as its directory at all.
+    let blocker = queue.join("queue.log");
+    std::fs::create_dir_all(&queue).unwrap();
+    std::fs::write(&blocker, b"").unwrap();
     let mut agent = start_agent(dir.path(), &queue);
     wait_for_store(&mut agent, false, Duration::from_secs(10));
     let store = store_status(&agent);
     assert!(
-        store["fault"].as_str().unwrap().contains("queue.redb"),
+        store["fault"].as_str().unwrap().contains("queue.log"),
         "{store}"
     );
 
@@ -259,7 +260,7 @@ fn an_agent_whose_store_cannot_open_stays_up_holds_safety_events_and_writes_each
     );
 
     // The store becomes available: the next attempt opens it and writes what is held.
-    std::fs::remove_dir(&blocker).unwrap();
+    std::fs::remove_file(&blocker).unwrap();
     wait_for_store(&mut agent, true, Duration::from_secs(90));
     let after = submit_all(&agent.socket(), vec![safety(200_000)]);
     assert!(after[0].accepted, "{:?}", after[0]);
@@ -995,7 +996,7 @@ mod privileged {
         let attempts = store_status(&agent)["attempts"].as_u64().unwrap_or(0);
 
         // The device works again. After an fsync error the agent must not trust what it had open:
-        // it reopens the store from the device (a new handle, redb's recovery).
+        // it reopens the store from the device (a new handle, the log's recovery).
         dm.work_again().unwrap();
         wait_for_store(&mut agent, true, Duration::from_secs(120));
         assert!(

@@ -15,8 +15,8 @@ use std::time::Duration;
 use edgewatch_conventions::config::ConfigError;
 use edgewatch_proto::tier::PerTier;
 
-/// redb page cache: enough for the B-tree's upper levels and the head and tail pages of each tier;
-/// queue access is sequential, so a larger cache buys nothing but RSS.
+/// Accepted and ignored since the store became a log (it was redb's page cache); kept so that
+/// configurations written for the old store still load.
 pub const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// Total record bytes on disk: days of SLO counters and hours of debug samples on a Jetson's eMMC.
 pub const DEFAULT_BUDGET_BYTES: u64 = 512 * 1024 * 1024;
@@ -57,7 +57,7 @@ pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_secs(1);
 /// and a dead one costs one open attempt per half minute.
 pub const DEFAULT_STORE_RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Verify every page at open: damage outside redb is found before it can hide records.
+/// Accepted and ignored: the log's recovery checks every record's checksum at every open.
 pub const DEFAULT_VERIFY_ON_OPEN: bool = true;
 
 /// Capacity of the in-memory index of appends not yet flushed (records, fixed in the type).
@@ -78,9 +78,9 @@ pub const LOSS_RESERVE_BYTES: u64 = 4096;
 /// Queue settings as the agent's configuration states them, not yet validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawQueueConfig {
-    /// Directory holding the database, the status snapshot and the quarantine folder.
+    /// Directory holding the store (`queue.log/`), the status snapshot and the quarantine folder.
     pub dir: PathBuf,
-    /// redb page cache in bytes.
+    /// Accepted and ignored (it was the old store's page cache); still checked for its range.
     pub cache_bytes: u64,
     /// Total bytes of stored records (key + value) over all tiers.
     pub budget_bytes: u64,
@@ -109,8 +109,8 @@ pub struct RawQueueConfig {
     pub store_retry_min: Duration,
     /// Longest wait between attempts to reopen a failed store.
     pub store_retry_max: Duration,
-    /// Verify the checksum of every page when opening (reads the whole file once per start); a
-    /// store that fails is salvaged into a new epoch and quarantined.
+    /// Accepted and ignored: every open scans the log and checks each record's checksum (the
+    /// recovery itself); damage is salvaged into a new epoch and quarantined either way.
     pub verify_on_open: bool,
 }
 

@@ -10,7 +10,9 @@
 //! - [`record`]: the stored record (CRC32C, append time, the event with its `seq` spliced in).
 //! - [`window`]: pure logic for the offline window (smoothed rates, alarm hysteresis).
 //! - [`status`]: [`QueueStatus`] and the snapshot file another process reads.
-//! - `store`: the redb boundary; nothing else names the backend.
+//! - `log`: the segmented log: per-tier segments of framed records, two state slots.
+//! - `store`: the storage boundary over the log, and the migration from the old redb format;
+//!   nothing else names a backend.
 //!
 //! Invariants:
 //! - An append is reported durable only after the store has flushed it.
@@ -48,6 +50,7 @@
 
 pub mod config;
 pub mod error;
+mod log;
 pub mod queue;
 pub mod record;
 pub mod status;

@@ -1,9 +1,9 @@
-//! The queue: appends buffered in memory, one durable write transaction per flush holding the
+//! The queue: appends buffered in memory, one durable commit of the log per flush holding the
 //! appends, the deletions of acknowledged records, expiry, eviction, the loss reports and the
 //! staged entries of the key-value area; reads in strict tier order; quarantine of a store that
 //! will not open; a store that cannot be opened or written (not corruption) retried with
-//! backoff while safety appends are held in memory; compaction of the file, copied elsewhere and
-//! swapped in at a flush.
+//! backoff while safety appends are held in memory; a store of the old format migrated at open;
+//! a compaction API the log never needs (drained segments are unlinked as records go).
 //!
 //! ```text
 //!              open ok                      commit fails (EIO, ENOSPC)
@@ -34,9 +34,9 @@
 //! - A quarantine reports, per tier, the records of the old store that did not reach the new
 //!   one under the old epoch, bounded by the old store's state or else by the last status
 //!   snapshot.
-//! - A compaction never writes the live store: it copies a snapshot into another file (on the
-//!   caller's thread of choice), and the next flush applies what changed since, then renames the
-//!   copy into place before it commits; an interruption at any step leaves the live file whole.
+//! - A compaction is never due with the log; were one to run, it would never write the live
+//!   store: it copies a snapshot elsewhere, and a flush applies what changed since and renames
+//!   the copy into place before it commits.
 //! - The queue reads no clock and spawns nothing: every time is an argument.
 
 use std::ops::RangeInclusive;
@@ -64,18 +64,22 @@ use crate::store::{
 };
 use crate::window::{self, RateEstimator, WindowAlarm};
 
-/// The database file inside the queue directory.
-pub const DB_FILE: &str = "queue.redb";
+/// The store inside the queue directory: the log's directory (see `crate::log`).
+pub const DB_FILE: &str = "queue.log";
+/// The store of the format before the log (a redb file), migrated into [`DB_FILE`] at open.
+pub const LEGACY_FILE: &str = "queue.redb";
 /// A fresh store being prepared to replace a quarantined one.
-const FRESH_FILE: &str = "queue.redb.new";
+const FRESH_FILE: &str = "queue.log.new";
 /// Folder that quarantined stores are moved into.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Quarantined stores kept; older ones are deleted so quarantine cannot fill the disk.
 pub const QUARANTINE_KEEP: usize = 2;
 /// Upper bound of a stored `QueueLoss` or `OfflineWindowLow` record (key, header and event).
 pub const MAX_REPORT_BYTES: u64 = 160;
-/// A compaction's copy of the store, until it is renamed over [`DB_FILE`].
-const COMPACT_FILE: &str = "queue.redb.compact";
+/// A compaction's copy of the store, until it is renamed over [`DB_FILE`] (a log never makes
+/// one; the old format's leftover is removed at open).
+const COMPACT_FILE: &str = "queue.log.compact";
+const LEGACY_COMPACT_FILE: &str = "queue.redb.compact";
 /// The file is compacted only when it is at least this large...
 pub const COMPACT_MIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// ...and holds less than this fraction (1/n) of live record bytes: the copy is then at most
@@ -224,13 +228,13 @@ impl CompactionJob {
 /// What a [`CompactionJob`] produced.
 pub struct CompactionResult(Result<Copied, StoreError>);
 
-/// The store a compaction replaced, still open. Closing it commits redb's allocator state for
-/// the whole old file (about a tenth of a second for a few hundred MiB): close it where that
-/// cannot delay anything ([`Queue::take_retired_store`]). Its file is already replaced.
+/// The store a compaction replaced, still open: close it where that cannot delay anything
+/// ([`Queue::take_retired_store`]). Its files are already replaced. (The log is never
+/// compacted, so there is none.)
 pub struct RetiredStore(Store);
 
 impl RetiredStore {
-    /// Closes the old store (a failure inside redb is contained and logged).
+    /// Closes the old store.
     pub fn close(self) {
         drop(self.0);
     }
@@ -506,7 +510,7 @@ pub struct Queue {
     snapshot_paths: status::SnapshotPaths,
 }
 
-/// The store, with a manual Debug (redb's handles have none worth printing).
+/// The store, with a manual Debug (its file handles have none worth printing).
 struct StoreSlot(Store);
 
 impl std::fmt::Debug for StoreSlot {
@@ -1275,7 +1279,6 @@ impl Queue {
                 written += 1;
             }
             let oldest = table.peek_oldest()?;
-            drop(table);
             tx.put_state(&state)?;
             Ok(oldest)
         })?;
@@ -1675,7 +1678,7 @@ impl Queue {
     }
 
     /// Reopens a store closed by a failure (or never opened), if the next attempt is due: a
-    /// new handle on the file, redb's recovery, the queue's checks.
+    /// new handle on the files, the log's recovery, the queue's checks.
     fn reopen(&mut self, now: SystemTime) -> Result<(), FlushError> {
         let held = self.pending.entries.len();
         let not_yet = |reason: String| FlushError {
@@ -1749,7 +1752,7 @@ impl Queue {
     /// Moves the current store aside and continues with a fresh one (new epoch). Pending
     /// appends are kept and get new sequence numbers in the new epoch.
     fn quarantine_now(&mut self, reason: &str, now: SystemTime) -> Result<(), FlushError> {
-        // Closing a damaged store may fail inside redb: `Store`'s drop contains it.
+        // The damaged store's handles are closed before it is moved aside.
         self.store = None;
         self.compaction.cancel();
         let held = self.pending.entries.len();
@@ -1797,7 +1800,10 @@ impl Queue {
     /// live records take less than 1/[`COMPACT_LIVE_FRACTION`] of it (a backlog has drained).
     /// Reads the file's size (one `stat`).
     pub fn compaction_due(&self, now: SystemTime) -> bool {
-        if self.store.is_none()
+        // The log unlinks drained segments as it goes: nothing is ever worth copying.
+        const LOG_NEEDS_COMPACTION: bool = false;
+        if !LOG_NEEDS_COMPACTION
+            || self.store.is_none()
             || self.fault.is_some()
             || !matches!(self.compaction, Compaction::Idle)
             || self.last_compaction.is_some_and(|at| {
@@ -1967,9 +1973,9 @@ impl Queue {
         Ok(compacted)
     }
 
-    /// Size of the database file in bytes.
+    /// Bytes of the store's files (the log's segments and state slots).
     pub fn file_bytes(&self) -> u64 {
-        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+        crate::store::file_bytes(&self.path)
     }
 
     /// Offline window at current rates (see [`crate::window`]); `None` when unbounded.
@@ -2137,7 +2143,8 @@ struct Opened {
 }
 
 /// Opens the store in `config.dir`: creates the directory, completes an interrupted quarantine,
-/// drops a compaction copy left by a crash, runs redb's recovery and the integrity check, and
+/// drops a compaction copy left by a crash, migrates a store of the old format, runs the log's
+/// recovery (every record's checksum), and
 /// quarantines a store that fails (a fresh one with a new epoch replaces it). Errors are only
 /// what retrying later may cure (the store unavailable, the directory) or another process
 /// holding the store.
@@ -2153,8 +2160,28 @@ fn open_store(config: &QueueConfig, now: SystemTime) -> Result<Opened, QueueErro
         // A quarantine was interrupted after the fresh store was complete.
         rename(&fresh, &path)?;
     }
-    // A compaction interrupted before its rename: the store itself is whole.
-    let _ = std::fs::remove_file(dir.join(COMPACT_FILE));
+    // A compaction of the old format interrupted before its rename: the store itself is whole.
+    remove_any(&dir.join(LEGACY_COMPACT_FILE));
+    remove_any(&dir.join(COMPACT_FILE));
+    match contain_panic(AssertUnwindSafe(|| {
+        crate::store::migrate(&dir.join(LEGACY_FILE), &path)
+    })) {
+        Ok(true) => tracing::info!("Migrated the queue store from the old format to the log."),
+        Ok(false) => {}
+        Err(StoreError::Corrupt(reason)) => {
+            // An old store that cannot be read goes where quarantined stores go.
+            let folder = dir.join(QUARANTINE_DIR);
+            let _ = std::fs::create_dir_all(&folder);
+            let moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+            tracing::error!(%reason, moved_to = %moved.display(),
+                "The queue store of the old format is unreadable; moved aside, not migrated.");
+            rename(&dir.join(LEGACY_FILE), &moved)?;
+            let _ = std::fs::write(moved.with_extension("reason"), &reason);
+            sync_dir(&dir);
+        }
+        Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(dir.join(LEGACY_FILE))),
+        Err(error) => return Err(unavailable(&dir.join(LEGACY_FILE), &error)),
+    }
     let cache = config.get().cache_bytes;
     let verify = config.get().verify_on_open;
     let attempt = contain_panic(AssertUnwindSafe(|| {
@@ -2369,7 +2396,12 @@ fn quarantine(
 ) -> Result<(Store, Loaded, PathBuf), QueueError> {
     let dir = &config.get().dir;
     let fresh = dir.join(FRESH_FILE);
-    match std::fs::remove_file(&fresh) {
+    let stale = if fresh.is_dir() {
+        std::fs::remove_dir_all(&fresh)
+    } else {
+        std::fs::remove_file(&fresh)
+    };
+    match stale {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             return Err(QueueError::Directory {
                 path: fresh,
@@ -2467,12 +2499,12 @@ fn quarantine(
         path: folder.clone(),
         source,
     })?;
-    let mut moved = folder.join(format!("queue-{}.redb", unix_ms(now)));
+    let mut moved = folder.join(format!("queue-{}.log", unix_ms(now)));
     for n in 1.. {
         if !moved.exists() {
             break;
         }
-        moved = folder.join(format!("queue-{}.{n}.redb", unix_ms(now)));
+        moved = folder.join(format!("queue-{}.{n}.log", unix_ms(now)));
     }
     if path.exists() {
         rename(path, &moved)?;
@@ -2550,7 +2582,8 @@ fn salvage_into(
     kv: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<(), StoreError> {
     const CHUNK_BYTES: usize = 4 * 1024 * 1024;
-    let broken = Store::open(path, cache)?;
+    let _ = cache;
+    let broken = Store::open_for_salvage(path)?;
     // The area is copied even when the state is unusable (its entries describe records the
     // salvage keeps or counts); an unreadable area is lost with the file.
     *kv = broken.kv().unwrap_or_default();
@@ -2605,7 +2638,10 @@ fn prune_quarantine(folder: &Path) {
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "redb"))
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "log" || ext == "redb")
+        })
         .collect();
     // Names carry the time in ms, zero-free and growing: sort by (length, name).
     files.sort_by(|a, b| {
@@ -2614,9 +2650,18 @@ fn prune_quarantine(folder: &Path) {
     });
     let excess = files.len().saturating_sub(QUARANTINE_KEEP);
     for old in &files[..excess] {
-        let _ = std::fs::remove_file(old);
+        remove_any(old);
         let _ = std::fs::remove_file(old.with_extension("reason"));
     }
+}
+
+/// Removes a file or a directory tree, if there.
+fn remove_any(path: &Path) {
+    let _ = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), QueueError> {

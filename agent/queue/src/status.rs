@@ -1,10 +1,10 @@
 //! Queue status for the agent's `status` command, and the snapshot file through which a second
 //! process reads it while the agent runs.
 //!
-//! redb lets one process open a database, so the agent's queue writes `status` in the queue
-//! directory at most every `status_interval` (at a flush, and when it opens): written to
-//! `status.tmp`, then renamed over `status`, so a reader sees the old or the new snapshot, never a
-//! torn one, and never blocks the agent. The snapshot is not fsynced: after a power cut it may be
+//! One process at a time opens the store (it is locked), so the agent's queue writes `status`
+//! in the queue directory at most every `status_interval` (at a flush, and when it opens):
+//! written to `status.tmp`, then renamed over `status`, so a reader sees the old or the new
+//! snapshot, never a torn one, and never blocks the agent. The snapshot is not fsynced: after a power cut it may be
 //! older than the queue.
 //!
 //! ```text

@@ -1,7 +1,7 @@
 //! The agent's steady state appends without allocating: the queue's pending buffers, scratch
 //! encoding buffer and fixed-capacity index are reused. (`append_encoded` decodes its input once
 //! to validate it and does allocate; the agent's own events go through `append`.) Measured with a counting allocator (this
-//! test binary's global allocator). Flushes and reads allocate inside redb (transactions, pages);
+//! test binary's global allocator). Flushes and reads allocate in the store (a transaction's staged copy of the removal state);
 //! their counts are printed for the record, not asserted.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 

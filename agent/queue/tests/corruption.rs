@@ -1,4 +1,4 @@
-//! Damaged stores: garbage files, truncation, bit flips anywhere in the database file, a record
+//! Damaged stores: garbage files, truncation, bit flips anywhere in the log's files, a record
 //! whose checksum fails, an interrupted quarantine. The queue never panics and never refuses to
 //! start: a store that will not open is quarantined (and the loss reported), a bad record is
 //! skipped and counted, and every original record is either read back intact or accounted for.
@@ -11,7 +11,6 @@ use std::path::Path;
 
 use edgewatch_proto::v1::{LossCause, Tier};
 use edgewatch_queue::{Queue, TIERS};
-use redb::ReadableTable;
 use util::child::Rng;
 use util::*;
 
@@ -121,11 +120,14 @@ fn a_garbage_file_with_nothing_to_bound_its_loss_is_quarantined_and_no_loss_is_i
     let garbage: Vec<u8> = (0..65_536u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    std::fs::write(dir.path().join("queue.redb"), &garbage).unwrap();
+    replace_store(dir.path(), &garbage);
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
     let quarantined = report.quarantined.clone().unwrap();
     assert!(report.created);
-    assert_eq!(std::fs::read(&quarantined.moved_to).unwrap(), garbage);
+    assert_eq!(
+        std::fs::read(quarantined.moved_to.join("state.0")).unwrap(),
+        garbage
+    );
     assert!(quarantined.moved_to.with_extension("reason").exists());
     // Neither a state nor a status snapshot says what the file held: nothing is reported, and
     // the log says the loss is unknown.
@@ -139,29 +141,46 @@ fn a_garbage_file_with_nothing_to_bound_its_loss_is_quarantined_and_no_loss_is_i
 #[test]
 fn an_empty_file_is_a_fresh_queue_and_a_foreign_database_is_quarantined() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("queue.redb"), b"").unwrap();
+    std::fs::create_dir(dir.path().join(STORE)).unwrap();
     let (_, report) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
     assert!(report.created && report.quarantined.is_none());
 
+    // Files that are not the queue's: a segment without any state.
     let dir = tempfile::tempdir().unwrap();
-    {
-        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        let definition: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("other");
-        txn.open_table(definition)
-            .unwrap()
-            .insert("k", "v")
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    std::fs::create_dir(dir.path().join(STORE)).unwrap();
+    std::fs::write(segment_path(dir.path(), "safety", 1), b"k v").unwrap();
     let (_, report) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
     assert!(report.quarantined.is_some());
 }
 
-/// A queue directory holding `store` as its database and the pristine queue's status snapshot.
-fn damaged_dir(pristine: &Path, store: &[u8]) -> tempfile::TempDir {
+/// The store's files laid end to end, in name order (damage anywhere in them is damage to the
+/// store), with each file's length.
+fn concatenated(dir: &Path) -> (Vec<u8>, Vec<(String, usize)>) {
+    let mut all = Vec::new();
+    let mut layout = Vec::new();
+    for (name, bytes) in store_files(dir) {
+        layout.push((name, bytes.len()));
+        all.extend_from_slice(&bytes);
+    }
+    (all, layout)
+}
+
+/// A queue directory holding `store` (concatenated files cut back into `layout`; a file past
+/// the end of a truncated `store` is missing, the one it ends in short) and the pristine queue's
+/// status snapshot.
+fn damaged_dir(pristine: &Path, store: &[u8], layout: &[(String, usize)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("queue.redb"), store).unwrap();
+    let mut files = Vec::new();
+    let mut at = 0;
+    for (name, len) in layout {
+        if at >= store.len() {
+            break;
+        }
+        let end = (at + len).min(store.len());
+        files.push((name.clone(), store[at..end].to_vec()));
+        at += len;
+    }
+    write_store_files(dir.path(), &files);
     std::fs::copy(pristine.join("status"), dir.path().join("status")).unwrap();
     dir
 }
@@ -175,9 +194,9 @@ fn a_truncated_store_never_panics_and_loses_nothing_silently() {
     let pristine = tempfile::tempdir().unwrap();
     let names = filled_queue(pristine.path());
     let epoch = snapshot_epoch(pristine.path());
-    let bytes = std::fs::read(pristine.path().join("queue.redb")).unwrap();
+    let (bytes, layout) = concatenated(pristine.path());
     for keep in [bytes.len() / 2, bytes.len() / 4, 4096, 100, bytes.len() - 1] {
-        let dir = damaged_dir(pristine.path(), &bytes[..keep]);
+        let dir = damaged_dir(pristine.path(), &bytes[..keep], &layout);
         let (intact, quarantined, corrupt) = open_damaged(dir.path(), &names, epoch);
         assert!(
             quarantined || intact as u64 + corrupt >= RECORDS,
@@ -191,7 +210,7 @@ fn bit_flips_anywhere_never_panic_and_every_record_is_intact_or_accounted() {
     let pristine = tempfile::tempdir().unwrap();
     let names = filled_queue(pristine.path());
     let epoch = snapshot_epoch(pristine.path());
-    let bytes = std::fs::read(pristine.path().join("queue.redb")).unwrap();
+    let (bytes, layout) = concatenated(pristine.path());
     let trials = util::child::env_count("EDGEWATCH_QUEUE_FLIP_TRIALS", 60);
     let mut rng = Rng(util::child::seed(0x5eed_0003));
     let (mut quarantines, mut corrupt_seen, mut untouched, mut salvaged) = (0, 0, 0, 0);
@@ -201,7 +220,7 @@ fn bit_flips_anywhere_never_panic_and_every_record_is_intact_or_accounted() {
             let at = rng.below(damaged.len() as u64) as usize;
             damaged[at] ^= 1 << rng.below(8);
         }
-        let dir = damaged_dir(pristine.path(), &damaged);
+        let dir = damaged_dir(pristine.path(), &damaged, &layout);
         let (intact, quarantined, corrupt) = open_damaged(dir.path(), &names, epoch);
         // A flip in the stored counts can over-count a loss; nothing may go uncounted.
         assert!(
@@ -230,18 +249,14 @@ fn a_record_failing_its_checksum_is_skipped_counted_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let names = filled_queue(dir.path());
     {
-        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        let definition: redb::TableDefinition<u64, &[u8]> =
-            redb::TableDefinition::new("tier.debug");
-        {
-            let mut table = txn.open_table(definition).unwrap();
-            let mut value = table.get(7).unwrap().unwrap().value().to_vec();
-            let last = value.len() - 1;
-            value[last] ^= 0x40;
-            table.insert(7, value.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
+        let segment = segment_path(dir.path(), "debug", 1);
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let (_, _, end) = segment_frames(&bytes)
+            .into_iter()
+            .find(|(seq, _, _)| *seq == 7)
+            .unwrap();
+        bytes[end - 1] ^= 0x40;
+        std::fs::write(&segment, bytes).unwrap();
     }
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
     assert!(report.quarantined.is_none());
@@ -303,20 +318,12 @@ fn an_interrupted_quarantine_is_completed_at_the_next_open() {
         queue.flush(at_ms(2)).unwrap();
         queue.refresh_status_snapshot(at_ms(3));
     }
-    std::fs::write(
-        dir.path().join("queue.redb"),
-        b"not a database at all, not even close",
-    )
-    .unwrap();
+    replace_store(dir.path(), b"not a database at all, not even close");
     let (queue, _) = Queue::open(roomy_config(dir.path()), at_ms(4)).unwrap();
     let epoch = queue.epoch();
     drop(queue);
     // As if the power failed between moving the broken store aside and renaming the fresh one.
-    std::fs::rename(
-        dir.path().join("queue.redb"),
-        dir.path().join("queue.redb.new"),
-    )
-    .unwrap();
+    std::fs::rename(dir.path().join(STORE), dir.path().join("queue.log.new")).unwrap();
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(5)).unwrap();
     assert!(report.quarantined.is_none());
     assert_eq!(queue.epoch(), epoch);
@@ -331,11 +338,7 @@ fn an_interrupted_quarantine_is_completed_at_the_next_open() {
 fn quarantine_keeps_only_the_newest_broken_stores() {
     let dir = tempfile::tempdir().unwrap();
     for i in 0..4u64 {
-        std::fs::write(
-            dir.path().join("queue.redb"),
-            b"garbage garbage garbage garbage",
-        )
-        .unwrap();
+        replace_store(dir.path(), b"garbage garbage garbage garbage");
         let (_, report) = Queue::open(roomy_config(dir.path()), at_ms(i * 1000)).unwrap();
         assert!(report.quarantined.is_some());
     }
@@ -346,7 +349,7 @@ fn quarantine_keeps_only_the_newest_broken_stores() {
                 .unwrap()
                 .path()
                 .extension()
-                .is_some_and(|x| x == "redb")
+                .is_some_and(|x| x == "log")
         })
         .count();
     assert_eq!(kept, edgewatch_queue::queue::QUARANTINE_KEEP);
@@ -363,13 +366,21 @@ fn a_quarantined_store_hands_its_key_value_area_to_the_fresh_one() {
         queue.stage_kv("sampler/0", b"counted up to 1").unwrap();
         queue.flush(at_ms(2)).unwrap();
     }
-    // The queue's state is damaged (an unknown format), the tables are readable.
+    // One state slot is damaged (the older: the newer one, with the area, reads).
     {
-        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-        txn.open_table(meta).unwrap().insert("format", 99).unwrap();
-        txn.commit().unwrap();
+        let store = dir.path().join(STORE);
+        let generation = |name: &str| {
+            let bytes = std::fs::read(store.join(name)).unwrap();
+            u64::from_le_bytes(bytes[16..24].try_into().unwrap())
+        };
+        let older = if generation("state.0") < generation("state.1") {
+            "state.0"
+        } else {
+            "state.1"
+        };
+        let mut bytes = std::fs::read(store.join(older)).unwrap();
+        bytes[20] ^= 0x40;
+        std::fs::write(store.join(older), bytes).unwrap();
     }
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(3)).unwrap();
     assert!(report.quarantined.is_some());

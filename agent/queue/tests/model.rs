@@ -1,5 +1,5 @@
 //! Model-based tests: random append / read / ack / requeue / rewind / flush / restart / crash
-//! actions run against the real queue (real redb files) and against a plain in-memory model,
+//! actions run against the real queue (a real log on disk) and against a plain in-memory model,
 //! which keeps only what was flushed when the queue crashes. Every batch, every durable report and
 //! every record count must match; an acknowledgement carrying another epoch changes nothing.
 //!

@@ -12,7 +12,6 @@ use std::path::Path;
 
 use edgewatch_proto::v1::{LossCause, QueueLoss, Tier};
 use edgewatch_queue::{PerTier, Queue, QueueStatus};
-use redb::{ReadableDatabase, TableDefinition};
 use util::*;
 
 /// Records appended per tier, then the oldest `acked` of each tier acknowledged.
@@ -80,7 +79,7 @@ fn a_store_that_will_not_open_reports_each_tiers_records_under_the_old_epoch_fro
  {
     let dir = tempfile::tempdir().unwrap();
     let (old_epoch, before, _) = filled(dir.path());
-    std::fs::write(dir.path().join("queue.redb"), vec![0x5a; 65_536]).unwrap();
+    replace_store(dir.path(), &[0x5a; 65_536]);
 
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
     assert!(report.quarantined.is_some());
@@ -126,22 +125,23 @@ fn records_the_salvage_cannot_copy_are_counted_under_the_old_epoch_and_the_rest_
 {
     let dir = tempfile::tempdir().unwrap();
     let (old_epoch, before, names) = filled(dir.path());
-    // Damage the old store behind the queue's back: three SLO records vanish from their table,
-    // and the state no longer reads as the queue's (so the snapshot bounds the loss).
+    // Damage the old store behind the queue's back: three SLO records vanish from their
+    // segment, and a state slot no longer reads (so the store is quarantined and salvaged).
     {
-        let db = redb::Database::create(dir.path().join("queue.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let slo: TableDefinition<u64, &[u8]> = TableDefinition::new("tier.slo");
-            let mut table = txn.open_table(slo).unwrap();
-            for seq in [4, 5, 6] {
-                assert!(table.remove(seq).unwrap().is_some());
+        let segment = segment_path(dir.path(), "slo", 1);
+        let bytes = std::fs::read(&segment).unwrap();
+        let mut kept = Vec::new();
+        let mut removed = 0;
+        for (seq, start, end) in segment_frames(&bytes) {
+            if [4, 5, 6].contains(&seq) {
+                removed += 1;
+            } else {
+                kept.extend_from_slice(&bytes[start..end]);
             }
-            let meta: TableDefinition<&str, u64> = TableDefinition::new("meta");
-            txn.open_table(meta).unwrap().insert("format", 99).unwrap();
         }
-        txn.commit().unwrap();
-        drop(db.begin_read().unwrap());
+        assert_eq!(removed, 3);
+        std::fs::write(&segment, kept).unwrap();
+        damage_older_state_slot(dir.path());
     }
 
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
@@ -218,9 +218,28 @@ fn loss_totals_of_a_store_whose_state_is_lost_carry_over_from_the_last_snapshot(
         queue.refresh_status_snapshot(at_ms(2_200));
         assert_eq!(queue.status(at_ms(2_200)).tiers.debug.expired, 5);
     }
-    std::fs::write(dir.path().join("queue.redb"), vec![0x5a; 65_536]).unwrap();
+    replace_store(dir.path(), &[0x5a; 65_536]);
     let (queue, report) = Queue::open(roomy_config(dir.path()), at_ms(3_000)).unwrap();
     assert!(report.quarantined.is_some());
     assert_eq!(queue.status(at_ms(3_001)).tiers.debug.expired, 5);
     assert_eq!(report.losses.debug[LossCause::Expired as usize], 5);
+}
+
+/// Flips a byte in the payload of the state slot with the lower generation.
+fn damage_older_state_slot(dir: &Path) {
+    let store = dir.join(STORE);
+    let generation = |name: &str| {
+        std::fs::read(store.join(name))
+            .ok()
+            .filter(|bytes| bytes.len() >= 24)
+            .map(|bytes| u64::from_le_bytes(bytes[16..24].try_into().unwrap()))
+    };
+    let older = match (generation("state.0"), generation("state.1")) {
+        (Some(a), Some(b)) if a < b => "state.0",
+        (Some(_), Some(_)) => "state.1",
+        other => panic!("two state slots expected, found {other:?}"),
+    };
+    let mut bytes = std::fs::read(store.join(older)).unwrap();
+    bytes[20] ^= 0x40;
+    std::fs::write(store.join(older), bytes).unwrap();
 }

@@ -1,5 +1,6 @@
-//! A store that cannot be opened for a reason other than corruption (here its path is a
-//! directory; on a machine, EIO from a failing eMMC or ENOSPC during redb's recovery):
+//! A store that cannot be opened for a reason other than corruption (here its path is a file
+//! where the log's directory should be; on a machine, EIO from a failing eMMC or ENOSPC during
+//! recovery):
 //! `open_or_hold` runs without it, holds safety appends in memory, refuses and counts the
 //! others, retries with backoff, and once the store opens numbers the held appends in its epoch
 //! and writes them, once.
@@ -29,10 +30,11 @@ fn a_store_that_cannot_be_opened_holds_safety_appends_and_writes_them_once_it_op
         (queue.epoch(), queue.durable_seq(Tier::Safety))
     };
     assert_eq!(kept, 2);
-    let db = dir.path().join("queue.redb");
-    let aside = dir.path().join("queue.redb.aside");
+    let db = dir.path().join(STORE);
+    let aside = dir.path().join("queue.log.aside");
     std::fs::rename(&db, &aside).unwrap();
-    std::fs::create_dir(&db).unwrap();
+    // A file where the store's directory should be: opening fails, and not as corruption.
+    std::fs::write(&db, b"").unwrap();
 
     assert!(matches!(
         Queue::open(roomy_config(dir.path()), at_ms(0)),
@@ -88,7 +90,7 @@ fn a_store_that_cannot_be_opened_holds_safety_appends_and_writes_them_once_it_op
     );
 
     // The store can be opened again.
-    std::fs::remove_dir(&db).unwrap();
+    std::fs::remove_file(&db).unwrap();
     std::fs::rename(&aside, &db).unwrap();
     assert!(queue.flush(at_ms(start + 6_999)).is_err(), "not yet due");
     let outcome = queue.flush(at_ms(start + 7_000)).unwrap();
@@ -135,7 +137,7 @@ fn a_store_that_cannot_be_opened_holds_safety_appends_and_writes_them_once_it_op
 #[test]
 fn reopen_attempts_back_off_to_their_maximum_and_start_again_after_a_commit() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("queue.redb")).unwrap();
+    std::fs::write(dir.path().join(STORE), b"").unwrap();
     let (mut queue, _) = Queue::open_or_hold(roomy_config(dir.path()), at_ms(0)).unwrap();
     let mut now = 0;
     let mut waits = Vec::new();
@@ -147,7 +149,7 @@ fn reopen_attempts_back_off_to_their_maximum_and_start_again_after_a_commit() {
         assert!(queue.flush(at_ms(now)).is_err());
     }
     assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
-    std::fs::remove_dir(dir.path().join("queue.redb")).unwrap();
+    std::fs::remove_file(dir.path().join(STORE)).unwrap();
     now += 30_000;
     queue.flush(at_ms(now)).unwrap();
     assert!(queue.store_fault().is_none());

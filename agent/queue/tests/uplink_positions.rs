@@ -55,7 +55,7 @@ fn a_late_acknowledgement_after_a_quarantine_renumbered_the_queue_deletes_nothin
         (batch.epoch(), batch.first_seq(), batch.last_seq())
     };
     drop(queue);
-    std::fs::write(dir.path().join("queue.redb"), vec![0x5a; 65_536]).unwrap();
+    replace_store(dir.path(), &[0x5a; 65_536]);
     let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(3)).unwrap();
     assert!(report.quarantined.is_some());
     assert_ne!(queue.epoch(), old_epoch);

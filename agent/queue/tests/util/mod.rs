@@ -101,3 +101,74 @@ pub fn roomy_config_with_budget(dir: &Path, budget: u64) -> RawQueueConfig {
     config.offline_window_threshold = None;
     config
 }
+
+/// The queue's store inside its directory: the log's directory of segments and state slots.
+pub const STORE: &str = "queue.log";
+
+/// Replaces the store with one nothing can be read from: no segment, `garbage` where its state
+/// slot is.
+pub fn replace_store(dir: &Path, garbage: &[u8]) {
+    let store = dir.join(STORE);
+    if store.exists() {
+        std::fs::remove_dir_all(&store).unwrap();
+    }
+    std::fs::create_dir(&store).unwrap();
+    std::fs::write(store.join("state.0"), garbage).unwrap();
+}
+
+/// The store's files in name order, with their bytes.
+pub fn store_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.join(STORE))
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().into_string().unwrap(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Writes `files` as the store in `dir` (replacing what was there).
+pub fn write_store_files(dir: &Path, files: &[(String, Vec<u8>)]) {
+    let store = dir.join(STORE);
+    if store.exists() {
+        std::fs::remove_dir_all(&store).unwrap();
+    }
+    std::fs::create_dir(&store).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(store.join(name), bytes).unwrap();
+    }
+}
+
+/// The frames of a segment file: `(seq, start, end)` byte ranges, `len:u32 | generation:u32 |
+/// value`, the sequence number read from the event leading the value.
+pub fn segment_frames(bytes: &[u8]) -> Vec<(u64, usize, usize)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let end = at + 8 + len;
+        let event = &bytes[at + 8 + 12..end];
+        assert_eq!(event[0], 0x08, "an event starts with its seq");
+        let (mut seq, mut shift) = (0u64, 0);
+        for byte in &event[1..] {
+            seq |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        frames.push((seq, at, end));
+        at = end;
+    }
+    frames
+}
+
+/// The path of the segment of `tier` (`"safety"`, `"slo"`, `"debug"`) starting at `first`.
+pub fn segment_path(dir: &Path, tier: &str, first: u64) -> std::path::PathBuf {
+    dir.join(STORE).join(format!("{tier}.{first:020}.seg"))
+}
