@@ -31,7 +31,7 @@
 mod util;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,6 +42,7 @@ use edgewatch_harness::process::Launch;
 use edgewatch_proto::v1::{Event, LocalReply, LossCause, QueueLoss, Tier, event};
 use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
 use edgewatch_test_kit::faults::{EioCounts, EioInjector, Ops};
+use edgewatch_test_kit::loopfs::{self, LoopDevice, Mounted, run};
 use prost::Message;
 use util::{BIN, Collector, submit_all, test_event, wait_until};
 
@@ -624,32 +625,12 @@ fn kernel_device_mapper() -> Result<(), Missing> {
 /// `Ok` unless something this process needs to build loop-mounted file systems (and, with
 /// `dm`, a device-mapper device) is missing.
 fn prerequisites(dm: bool) -> Result<(), Missing> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Missing::Provisionable(
-            "needs root for loop devices and mounts".into(),
-        ));
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Err(Missing::Provisionable(
-            "no /dev/loop-control (loop devices unavailable)".into(),
-        ));
-    }
-    let mut tools = vec!["mkfs.ext4", "mount", "umount", "losetup", "dd"];
-    if dm {
-        tools.extend(["dmsetup", "blockdev"]);
-    }
-    for tool in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(Missing::Provisionable(format!(
-                "{tool} not found (packages e2fsprogs, mount, dmsetup)"
-            )));
-        }
-    }
+    let tools: &[&str] = if dm {
+        &["mkfs.ext4", "dd", "dmsetup", "blockdev"]
+    } else {
+        &["mkfs.ext4", "dd"]
+    };
+    loopfs::prerequisites(tools).map_err(Missing::Provisionable)?;
     if dm {
         kernel_device_mapper()?;
         run("dmsetup", &["version"]).map_err(|error| {
@@ -717,81 +698,16 @@ fn device_mapper_is_found_registered_in_the_kernel_or_as_a_module_of_it() {
     assert!(!modules_dep_lists_dm_mod(""));
 }
 
-fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(format!(
-            "{cmd} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// A file system mounted at `dir` from `device`; unmounted on drop.
-struct Mounted {
-    dir: PathBuf,
-    device: String,
-}
-
-impl Mounted {
-    /// ext4 without a journal, mounted `errors=continue`: an I/O error fails the operation
-    /// that met it and leaves the file system writable once the device works again (a journal
-    /// would abort and hold the file system read-only until an fsck).
-    fn format_and_mount(device: &str, dir: &Path) -> Result<Self, String> {
-        run(
-            "mkfs.ext4",
-            &["-q", "-F", "-m", "0", "-O", "^has_journal", device],
-        )?;
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let mounted = Self {
-            dir: dir.to_owned(),
-            device: device.to_owned(),
-        };
-        mounted.mount()?;
-        Ok(mounted)
-    }
-
-    fn mount(&self) -> Result<(), String> {
-        let mut args = vec!["-o", "errors=continue"];
-        if !self.device.starts_with("/dev/") {
-            args = vec!["-o", "loop,errors=continue"];
-        }
-        args.push(&self.device);
-        let dir = self.dir.to_str().unwrap();
-        args.push(dir);
-        run("mount", &args).map(|_| ())
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if run("umount", &[self.dir.to_str().unwrap()]).is_err() {
-            let _ = run("umount", &["-l", self.dir.to_str().unwrap()]);
-        }
-    }
-}
-
-/// A loop device over an image file; detached on drop.
-struct LoopDevice {
-    path: String,
-}
-
-impl LoopDevice {
-    fn attach(image: &Path) -> Result<Self, String> {
-        let path = run("losetup", &["-f", "--show", image.to_str().unwrap()])?;
-        Ok(Self { path })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = run("losetup", &["-d", &self.path]);
-    }
+/// ext4 without a journal, mounted `errors=continue`: an I/O error fails the operation that met
+/// it and leaves the file system writable once the device works again (a journal would abort and
+/// hold the file system read-only until an fsck).
+fn format_and_mount(device: &str, dir: &Path) -> Result<Mounted, String> {
+    Mounted::ext4(
+        device,
+        &["-m", "0", "-O", "^has_journal"],
+        dir,
+        Some("errors=continue"),
+    )
 }
 
 /// A device-mapper device mapping a loop device linearly, switchable to dm's `error` target
@@ -804,13 +720,13 @@ struct DmDevice {
 
 impl DmDevice {
     fn linear(name: &str, backing: &LoopDevice) -> Result<Self, String> {
-        let sectors: u64 = run("blockdev", &["--getsz", &backing.path])?
+        let sectors: u64 = run("blockdev", &["--getsz", backing.path()])?
             .parse()
             .map_err(|e| format!("blockdev: {e}"))?;
         let device = Self {
             name: name.to_owned(),
             sectors,
-            backing: backing.path.clone(),
+            backing: backing.path().to_owned(),
         };
         run(
             "dmsetup",
@@ -924,19 +840,17 @@ mod privileged {
         }
         let work = tempfile::tempdir().unwrap();
         let image = work.path().join("small.img");
-        let file = std::fs::File::create(&image).unwrap();
-        file.set_len(32 * 1024 * 1024).unwrap();
-        drop(file);
-        let mount =
-            Mounted::format_and_mount(image.to_str().unwrap(), &work.path().join("mnt")).unwrap();
-        let queue = mount.dir.join("queue");
+        loopfs::sparse_image(&image, 32 * 1024 * 1024).unwrap();
+        let device = LoopDevice::attach(&image).unwrap();
+        let mount = format_and_mount(device.path(), &work.path().join("mnt")).unwrap();
+        let queue = mount.dir().join("queue");
         let mut agent = start_agent(work.path(), &queue);
         wait_for_store(&mut agent, true, Duration::from_secs(10));
         let first = submit_all(&agent.socket(), vec![safety(1)]);
         assert!(first[0].accepted, "{:?}", first[0]);
 
         // Another file takes the rest of the space; the queue's appends then fail.
-        let filler = mount.dir.join("filler");
+        let filler = mount.dir().join("filler");
         let _ = Command::new("dd")
             .args(["if=/dev/zero", "bs=1M", "status=none"])
             .arg(format!("of={}", filler.display()))
@@ -973,14 +887,12 @@ mod privileged {
         }
         let work = tempfile::tempdir().unwrap();
         let image = work.path().join("disk.img");
-        let file = std::fs::File::create(&image).unwrap();
-        file.set_len(64 * 1024 * 1024).unwrap();
-        drop(file);
+        loopfs::sparse_image(&image, 64 * 1024 * 1024).unwrap();
         let backing = LoopDevice::attach(&image).unwrap();
         let dm =
             DmDevice::linear(&format!("edgewatch-eio-{}", std::process::id()), &backing).unwrap();
-        let mount = Mounted::format_and_mount(&dm.path(), &work.path().join("mnt")).unwrap();
-        let queue = mount.dir.join("queue");
+        let mount = format_and_mount(&dm.path(), &work.path().join("mnt")).unwrap();
+        let queue = mount.dir().join("queue");
         let mut agent = start_agent(work.path(), &queue);
         wait_for_store(&mut agent, true, Duration::from_secs(10));
         let first = submit_all(&agent.socket(), vec![safety(1)]);

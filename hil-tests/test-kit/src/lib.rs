@@ -1,6 +1,7 @@
 //! Test scaffolding light enough for every crate's tests: nothing here starts a broker or a
 //! certificate authority (that is `edgewatch-harness`), nothing needs a runtime, and the only
-//! processes it runs are the C compiler that builds its preload libraries.
+//! processes it runs are the C compiler that builds its preload libraries and, for [`loopfs`],
+//! `losetup`, `mkfs.ext4`, `mount` and `umount`.
 //!
 //! Layout:
 //! - [`alloc`]: a counting global allocator, for the no-allocation tests and benches.
@@ -10,6 +11,8 @@
 //! - [`preload`]: an `LD_PRELOAD` library built from C source with the system compiler.
 //! - [`faults`]: disk faults (EIO on writes, syncs, creations under a directory) injected into a
 //!   real process through such a library, with counts of what it did to its files.
+//! - [`loopfs`]: loop devices over image files, ext4 made and mounted on them, and the device's
+//!   write counters, each undone on drop (root only; the reason to skip otherwise).
 //!
 //! Invariants:
 //! - Depends on no workspace crate, so any crate may use it as a dev-dependency (and the HIL rig
@@ -19,5 +22,6 @@
 pub mod alloc;
 pub mod config_docs;
 pub mod faults;
+pub mod loopfs;
 pub mod preload;
 pub mod sysfs;
