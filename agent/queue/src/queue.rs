@@ -1449,9 +1449,8 @@ impl Queue {
                     *written.at_mut(ix) += 1;
                 }
                 for &(_, first, last) in acks.iter().filter(|ack| ack.0 == ix) {
-                    table.remove_range(first, last, |removed| {
-                        state.forget(ix, removed.bytes);
-                    })?;
+                    let (records, bytes) = table.remove_acknowledged(first, last)?;
+                    state.forget_many(ix, records, bytes);
                     if track {
                         deleted_now.push((ix, first, last));
                     }
