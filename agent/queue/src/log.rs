@@ -1647,7 +1647,8 @@ mod tests {
 
     fn value(seq: u64, ms: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        let event = [0x12, 0x02, b'h', b'i'];
+        // event_time_unix_ns = 2, monotonic_ns = 5.
+        let event = [0x10, 0x02, 0x18, 0x05];
         record::encode(&mut out, seq, ms, &event).unwrap();
         out
     }
@@ -1824,7 +1825,8 @@ mod tests {
         let log = fresh(&path);
         // Enough to roll over at least one segment.
         let pad = vec![b'p'; 60_000];
-        let mut event = vec![0x12];
+        // A 60 kB field the schema does not know (number 100), as a later revision may send.
+        let mut event = vec![0xa2, 0x06];
         let mut len = pad.len();
         while len >= 0x80 {
             event.push((len as u8 & 0x7f) | 0x80);

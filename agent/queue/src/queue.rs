@@ -800,18 +800,19 @@ impl Queue {
     }
 
     /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced). The
-    /// bytes are decoded once to check they are an `Event` (a record the gateway could not decode
-    /// would poison its whole batch), which allocates; [`Queue::append`] does not.
+    /// bytes are checked to be an `Event` as prost would decode it (a record the gateway could not
+    /// decode would poison its whole batch) in the same pass that splices the sequence number in,
+    /// without decoding them into a message and without allocating.
     pub fn append_encoded(
         &mut self,
         tier: Tier,
         event: &[u8],
         now: SystemTime,
     ) -> Result<u64, AppendError> {
-        if Event::decode(event).is_err() {
-            return Err(AppendError::NotAnEvent);
+        match self.append_valid(tier, event, now) {
+            Err(AppendError::Malformed(_)) => Err(AppendError::NotAnEvent),
+            result => result,
         }
-        self.append_valid(tier, event, now)
     }
 
     /// Appends bytes known to encode an `Event`.
@@ -828,6 +829,11 @@ impl Queue {
             return Err(AppendError::TooLarge { len, max });
         }
         let len = len as u64;
+        if self.store.is_none() || !self.pending_has_room(len) {
+            // Bytes that are not an event are refused before anything is counted as lost for
+            // them; on the usual path `record::encode` checks them as it stores them.
+            record::validate(event)?;
+        }
         if self.store.is_none() {
             if ix != 0 {
                 self.unreported.add(ix, LossCause::DiskFull, None, len);
