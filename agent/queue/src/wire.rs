@@ -39,12 +39,43 @@ pub(crate) struct Field {
     pub repeated: bool,
 }
 
-/// A message: its name (for the schema test) and its fields, by number.
+/// A message: its name (for the schema test) and its fields, in increasing number.
 #[derive(Debug)]
 pub(crate) struct Schema {
     #[cfg_attr(not(test), allow(dead_code))]
     pub name: &'static str,
     pub fields: &'static [Field],
+    /// Field number → index in `fields` plus one (0: unknown), so a lookup is one load.
+    by_number: [u8; 32],
+}
+
+impl Schema {
+    /// Fails to compile if a field number is 32 or more (no message of the schema has one yet).
+    const fn new(name: &'static str, fields: &'static [Field]) -> Self {
+        let mut by_number = [0u8; 32];
+        let mut i = 0;
+        while i < fields.len() {
+            let number = fields[i].number as usize;
+            assert!(
+                number < 32,
+                "field numbers of 32 and more need a larger index"
+            );
+            by_number[number] = (i + 1) as u8;
+            i += 1;
+        }
+        Self {
+            name,
+            fields,
+            by_number,
+        }
+    }
+
+    #[inline]
+    fn find(&self, number: u32) -> Option<Field> {
+        let at = *self.by_number.get(number as usize)?;
+        let at = at.checked_sub(1)?;
+        self.fields.get(usize::from(at)).copied()
+    }
 }
 
 const fn def(number: u32, check: Check, repeated: bool) -> Field {
@@ -68,7 +99,15 @@ const FIXED32: u8 = 5;
 
 /// Reads a varint at `pos` as prost does (at most ten bytes, the tenth 0 or 1); returns the
 /// value and the position after it.
-pub(crate) fn varint(bytes: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+#[inline]
+pub(crate) fn varint(bytes: &[u8], pos: usize) -> Option<(u64, usize)> {
+    match bytes.get(pos) {
+        Some(&byte) if byte < 0x80 => Some((u64::from(byte), pos + 1)),
+        _ => varint_long(bytes, pos),
+    }
+}
+
+fn varint_long(bytes: &[u8], mut pos: usize) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for count in 0..10 {
         let byte = *bytes.get(pos)?;
@@ -107,7 +146,7 @@ pub(crate) fn field(
     pos: usize,
     budget: u32,
 ) -> Option<usize> {
-    let Some(known) = schema.fields.iter().find(|f| f.number == number) else {
+    let Some(known) = schema.find(number) else {
         return skip(bytes, number, wire, pos, budget);
     };
     match (known.check, wire) {
@@ -185,9 +224,9 @@ fn skip(bytes: &[u8], number: u32, wire: u8, pos: usize, budget: u32) -> Option<
 /// The schema of `Event` and every message under it; `Event` is the first.
 #[rustfmt::skip]
 pub(crate) static MESSAGES: [Schema; 30] = [
-    Schema {
-        name: "Event",
-        fields: &[
+    Schema::new(
+        "Event",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Varint, false),
@@ -212,10 +251,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(28, Check::Message(18), false),
             def(29, Check::Message(19), false),
         ],
-    },
-    Schema {
-        name: "DeadlineCounters",
-        fields: &[
+    ),
+    Schema::new(
+        "DeadlineCounters",
+        &[
             def(1, Check::Message(20), false),
             def(2, Check::Message(21), false),
             def(3, Check::Varint, false),
@@ -235,10 +274,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(17, Check::Varint, false),
             def(18, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "DeadlineMissBurst",
-        fields: &[
+    ),
+    Schema::new(
+        "DeadlineMissBurst",
+        &[
             def(1, Check::Message(20), false),
             def(2, Check::Message(21), false),
             def(3, Check::Varint, false),
@@ -250,10 +289,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(9, Check::Varint, false),
             def(10, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "SafetyFallback",
-        fields: &[
+    ),
+    Schema::new(
+        "SafetyFallback",
+        &[
             def(1, Check::Message(20), false),
             def(2, Check::Message(21), false),
             def(3, Check::Varint, false),
@@ -261,10 +300,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(5, Check::Str, false),
             def(6, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "ProbeStatus",
-        fields: &[
+    ),
+    Schema::new(
+        "ProbeStatus",
+        &[
             def(1, Check::Message(20), false),
             def(2, Check::Varint, false),
             def(3, Check::Fixed64, false),
@@ -272,10 +311,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(5, Check::Varint, false),
             def(6, Check::Str, false),
         ],
-    },
-    Schema {
-        name: "ThermalSample",
-        fields: &[
+    ),
+    Schema::new(
+        "ThermalSample",
+        &[
             def(1, Check::Message(23), true),
             def(2, Check::Message(24), true),
             def(3, Check::Fixed64, true),
@@ -286,10 +325,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(8, Check::Varint, false),
             def(9, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "Throttle",
-        fields: &[
+    ),
+    Schema::new(
+        "Throttle",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Str, false),
@@ -299,52 +338,52 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(7, Check::Varint, false),
             def(8, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "ThrottleCounters",
-        fields: &[
+    ),
+    Schema::new(
+        "ThrottleCounters",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Message(25), true),
             def(3, Check::Message(21), false),
         ],
-    },
-    Schema {
-        name: "OverCurrent",
-        fields: &[
+    ),
+    Schema::new(
+        "OverCurrent",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Varint, false),
             def(3, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "EnergyCounters",
-        fields: &[
+    ),
+    Schema::new(
+        "EnergyCounters",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Message(26), true),
             def(3, Check::Message(21), false),
         ],
-    },
-    Schema {
-        name: "AutonomyModeChange",
-        fields: &[
+    ),
+    Schema::new(
+        "AutonomyModeChange",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Str, false),
             def(4, Check::Varint, false),
             def(5, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "AutonomySeconds",
-        fields: &[
+    ),
+    Schema::new(
+        "AutonomySeconds",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Message(27), true),
             def(3, Check::Message(21), false),
         ],
-    },
-    Schema {
-        name: "Intervention",
-        fields: &[
+    ),
+    Schema::new(
+        "Intervention",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Str, false),
@@ -352,10 +391,10 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(5, Check::Message(21), false),
             def(6, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "SafeStop",
-        fields: &[
+    ),
+    Schema::new(
+        "SafeStop",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Str, false),
@@ -363,18 +402,18 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(5, Check::Message(21), false),
             def(6, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "ModelVersionChange",
-        fields: &[
+    ),
+    Schema::new(
+        "ModelVersionChange",
+        &[
             def(1, Check::Message(20), false),
             def(2, Check::Message(21), false),
             def(3, Check::Message(21), false),
         ],
-    },
-    Schema {
-        name: "QueueLoss",
-        fields: &[
+    ),
+    Schema::new(
+        "QueueLoss",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Varint, false),
@@ -384,19 +423,19 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(7, Check::Varint, false),
             def(8, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "OfflineWindowLow",
-        fields: &[
+    ),
+    Schema::new(
+        "OfflineWindowLow",
+        &[
             def(1, Check::Fixed64, false),
             def(2, Check::Fixed64, false),
             def(3, Check::Fixed64, false),
             def(4, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "AgentHealth",
-        fields: &[
+    ),
+    Schema::new(
+        "AgentHealth",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Fixed64, false),
             def(3, Check::Varint, false),
@@ -411,33 +450,33 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(12, Check::Fixed64, false),
             def(13, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "LogRecord",
-        fields: &[
+    ),
+    Schema::new(
+        "LogRecord",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Str, false),
             def(3, Check::Str, false),
             def(4, Check::Message(29), true),
         ],
-    },
-    Schema {
-        name: "CustomEvent",
-        fields: &[
+    ),
+    Schema::new(
+        "CustomEvent",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Message(29), true),
         ],
-    },
-    Schema {
-        name: "LoopRef",
-        fields: &[
+    ),
+    Schema::new(
+        "LoopRef",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Str, false),
         ],
-    },
-    Schema {
-        name: "ModelVersion",
-        fields: &[
+    ),
+    Schema::new(
+        "ModelVersion",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Str, false),
             def(3, Check::Fixed64, false),
@@ -447,53 +486,53 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(7, Check::Str, false),
             def(8, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "LatencyHistogram",
-        fields: &[
+    ),
+    Schema::new(
+        "LatencyHistogram",
+        &[
             def(1, Check::Varint, true),
             def(2, Check::Varint, true),
         ],
-    },
-    Schema {
-        name: "Temperature",
-        fields: &[
+    ),
+    Schema::new(
+        "Temperature",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "RailPower",
-        fields: &[
+    ),
+    Schema::new(
+        "RailPower",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Fixed64, false),
             def(3, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "ComponentSeconds",
-        fields: &[
+    ),
+    Schema::new(
+        "ComponentSeconds",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "RailEnergy",
-        fields: &[
+    ),
+    Schema::new(
+        "RailEnergy",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "ModeSeconds",
-        fields: &[
+    ),
+    Schema::new(
+        "ModeSeconds",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Fixed64, false),
         ],
-    },
-    Schema {
-        name: "TierHealth",
-        fields: &[
+    ),
+    Schema::new(
+        "TierHealth",
+        &[
             def(1, Check::Varint, false),
             def(2, Check::Varint, false),
             def(3, Check::Varint, false),
@@ -502,17 +541,17 @@ pub(crate) static MESSAGES: [Schema; 30] = [
             def(6, Check::Varint, false),
             def(7, Check::Varint, false),
         ],
-    },
-    Schema {
-        name: "Attribute",
-        fields: &[
+    ),
+    Schema::new(
+        "Attribute",
+        &[
             def(1, Check::Str, false),
             def(2, Check::Str, false),
             def(3, Check::Varint, false),
             def(4, Check::Fixed64, false),
             def(5, Check::Varint, false),
         ],
-    },
+    ),
 ];
 
 #[cfg(test)]
@@ -586,7 +625,11 @@ mod tests {
             i += 1;
         }
         assert_eq!(MESSAGES[0].name, "Event");
-        assert_eq!(reachable.len(), MESSAGES.len(), "the table holds only what Event reaches");
+        assert_eq!(
+            reachable.len(),
+            MESSAGES.len(),
+            "the table holds only what Event reaches"
+        );
     }
 
     /// What the queue accepted before this check: prost decodes the bytes, and their top level
