@@ -1904,7 +1904,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stored = record::KEY_LEN + value(1, 1).len() as u64;
         for (read_to, ack) in [(11, (1, 10)), (6, (1, 5)), (11, (3, 10)), (11, (1, 9))] {
-            let path = dir.path().join(format!("log-{read_to}-{}-{}", ack.0, ack.1));
+            let path = dir
+                .path()
+                .join(format!("log-{read_to}-{}-{}", ack.0, ack.1));
             let log = fresh(&path);
             append(&log, 2, 1..=10);
             assert_eq!(read(&log, 2, 0, read_to).len() as u64, read_to - 1);
@@ -1958,9 +1960,7 @@ mod tests {
         assert_eq!(read(&log, 0, 6, 9), vec![6, 7, 8]);
         acknowledge(&log, 0, 6, 7);
         assert_eq!(seqs(&log, 0), vec![8]);
-        let oldest = log
-            .write(|tx| tx.peek_oldest(0))
-            .unwrap();
+        let oldest = log.write(|tx| tx.peek_oldest(0)).unwrap();
         assert_eq!(oldest, Some((8, 8)));
         drop(log);
         let log = Log::open(&path, false).unwrap();
