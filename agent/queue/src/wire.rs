@@ -197,6 +197,18 @@ fn fixed(bytes: &[u8], pos: usize, len: usize) -> Option<usize> {
     (end <= bytes.len()).then_some(end)
 }
 
+/// Skips a top-level field of wire type `wire` whose value starts at `pos`, looking only at its
+/// length (groups are not skipped); returns the position after it.
+pub(crate) fn skip_top(bytes: &[u8], wire: u8, pos: usize) -> Option<usize> {
+    match wire {
+        VARINT => Some(varint(bytes, pos)?.1),
+        FIXED64 => fixed(bytes, pos, 8),
+        FIXED32 => fixed(bytes, pos, 4),
+        LEN => Some(delimited(bytes, pos)?.1),
+        _ => None,
+    }
+}
+
 /// Skips an unknown field as prost's `skip_field` does.
 fn skip(bytes: &[u8], number: u32, wire: u8, pos: usize, budget: u32) -> Option<usize> {
     if budget == 0 {
