@@ -19,9 +19,6 @@ pub const KEY_LEN: u64 = 8;
 
 /// Protobuf tag of `Event.seq` (field 1, varint).
 const SEQ_TAG: u8 = 0x08;
-/// Wire types of a group's start and end, refused at an event's top level.
-const GROUP_START: u8 = 3;
-const GROUP_END: u8 = 4;
 
 use crate::wire;
 
@@ -67,7 +64,7 @@ pub fn encode(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    splice(out, seq, appended_unix_ms, event, next_field)
+    splice(out, seq, appended_unix_ms, event, wire::top_field)
 }
 
 /// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
@@ -117,28 +114,11 @@ fn splice(
 pub fn validate(event: &[u8]) -> Result<(), MalformedEvent> {
     let mut pos = 0;
     while pos < event.len() {
-        pos = next_field(event, pos)
+        pos = wire::top_field(event, pos)
             .ok_or(MalformedEvent { offset: pos })?
             .1;
     }
     Ok(())
-}
-
-/// Checks the top-level field of an event at `pos`; returns its number and where it ends.
-fn next_field(event: &[u8], pos: usize) -> Option<(u32, usize)> {
-    let (field, wire_type, after) = wire::key(event, pos)?;
-    if wire_type == GROUP_START || wire_type == GROUP_END {
-        return None;
-    }
-    let end = wire::field(
-        event,
-        &wire::MESSAGES[0],
-        field,
-        wire_type,
-        after,
-        wire::RECURSION_LIMIT,
-    )?;
-    Some((field, end))
 }
 
 /// Checks a stored value read under key `seq`.
