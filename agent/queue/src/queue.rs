@@ -716,7 +716,7 @@ impl Queue {
             let appended = record::appended_unix_ms(old).unwrap_or(0);
             let start = bytes.len();
             // The stored encoding is valid: re-encoding it under the new number cannot fail.
-            let _ = record::encode(&mut bytes, seq, appended, &old[record::HEADER_LEN..]);
+            let _ = record::encode_trusted(&mut bytes, seq, appended, &old[record::HEADER_LEN..]);
             self.pending.entries[i] = PendingEntry {
                 seq,
                 start,
@@ -794,31 +794,34 @@ impl Queue {
         scratch.clear();
         // Encoding into a Vec cannot run out of space.
         let _ = event.encode(&mut scratch);
-        let result = self.append_valid(tier, &scratch, now);
+        let result = self.append_valid(tier, &scratch, false, now);
         self.scratch = scratch;
         result
     }
 
     /// Appends a protobuf-encoded `Event` (any `seq` field in it is dropped and replaced). The
-    /// bytes are decoded once to check they are an `Event` (a record the gateway could not decode
-    /// would poison its whole batch), which allocates; [`Queue::append`] does not.
+    /// bytes are checked to be an `Event` as prost would decode it (a record the gateway could not
+    /// decode would poison its whole batch) in the same pass that splices the sequence number in,
+    /// without decoding them into a message and without allocating.
     pub fn append_encoded(
         &mut self,
         tier: Tier,
         event: &[u8],
         now: SystemTime,
     ) -> Result<u64, AppendError> {
-        if Event::decode(event).is_err() {
-            return Err(AppendError::NotAnEvent);
+        match self.append_valid(tier, event, true, now) {
+            Err(AppendError::Malformed(_)) => Err(AppendError::NotAnEvent),
+            result => result,
         }
-        self.append_valid(tier, event, now)
     }
 
-    /// Appends bytes known to encode an `Event`.
+    /// Appends an encoded `Event`: untrusted bytes when `check` (checked against the schema),
+    /// else bytes prost just encoded from a typed `Event` (only their top level is walked).
     fn append_valid(
         &mut self,
         tier: Tier,
         event: &[u8],
+        check: bool,
         now: SystemTime,
     ) -> Result<u64, AppendError> {
         let ix = tier::index(tier).ok_or(AppendError::NoTier)?;
@@ -828,6 +831,11 @@ impl Queue {
             return Err(AppendError::TooLarge { len, max });
         }
         let len = len as u64;
+        if check && (self.store.is_none() || !self.pending_has_room(len)) {
+            // Bytes that are not an event are refused before anything is counted as lost for
+            // them; on the usual path `record::encode` checks them as it stores them.
+            record::validate(event)?;
+        }
         if self.store.is_none() {
             if ix != 0 {
                 self.unreported.add(ix, LossCause::DiskFull, None, len);
@@ -859,7 +867,11 @@ impl Queue {
         }
         let seq = *self.next_seq.at(ix);
         let start = self.pending.bytes.len();
-        record::encode(&mut self.pending.bytes, seq, unix_ms(now), event)?;
+        if check {
+            record::encode(&mut self.pending.bytes, seq, unix_ms(now), event)?;
+        } else {
+            record::encode_trusted(&mut self.pending.bytes, seq, unix_ms(now), event)?;
+        }
         let end = self.pending.bytes.len();
         // Room was checked above, so the push cannot fail.
         let _ = self.pending.entries.push(PendingEntry {
@@ -1449,9 +1461,8 @@ impl Queue {
                     *written.at_mut(ix) += 1;
                 }
                 for &(_, first, last) in acks.iter().filter(|ack| ack.0 == ix) {
-                    table.remove_range(first, last, |removed| {
-                        state.forget(ix, removed.bytes);
-                    })?;
+                    let (records, bytes) = table.remove_acknowledged(first, last)?;
+                    state.forget_many(ix, records, bytes);
                     if track {
                         deleted_now.push((ix, first, last));
                     }
@@ -2125,7 +2136,7 @@ fn insert_event(
     let _ = event.encode(scratch);
     value.clear();
     let seq = *state.next_seq.at(ix);
-    record::encode(value, seq, unix_ms(now), scratch)
+    record::encode_trusted(value, seq, unix_ms(now), scratch)
         .map_err(|error| StoreError::Corrupt(format!("queue event encoding: {error}")))?;
     tx.tier(ix)?.insert(seq, value)?;
     *state.next_seq.at_mut(ix) += 1;

@@ -20,11 +20,13 @@ pub const KEY_LEN: u64 = 8;
 /// Protobuf tag of `Event.seq` (field 1, varint).
 const SEQ_TAG: u8 = 0x08;
 
-/// The event encoding is not a sequence of well-formed top-level protobuf fields.
+use crate::wire;
+
+/// The bytes are not an `Event` as prost would decode it, or hold a group at their top level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("event encoding is malformed at byte {offset}")]
+#[error("event encoding is malformed in the field at byte {offset}")]
 pub struct MalformedEvent {
-    /// Offset of the first byte that could not be parsed.
+    /// Offset of the top-level field that failed its check.
     pub offset: usize,
 }
 
@@ -53,12 +55,39 @@ pub struct RecordView<'a> {
 
 /// Appends one stored value to `out`: header, `seq`, then `event` without any field 1.
 ///
+/// `event` is checked in the same pass: it must be an `Event` as prost would decode it (see
+/// `wire`), without groups at its top level (the uplink splices records without decoding them).
 /// On error `out` is left as it was.
 pub fn encode(
     out: &mut Vec<u8>,
     seq: u64,
     appended_unix_ms: u64,
     event: &[u8],
+) -> Result<(), MalformedEvent> {
+    splice(out, seq, appended_unix_ms, event, wire::top_field)
+}
+
+/// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
+/// own): only the top-level fields are walked, to drop field 1; their contents are not checked
+/// again.
+pub fn encode_trusted(
+    out: &mut Vec<u8>,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+) -> Result<(), MalformedEvent> {
+    splice(out, seq, appended_unix_ms, event, |event, pos| {
+        let (field, wire_type, after) = wire::key(event, pos)?;
+        Some((field, wire::skip_top(event, wire_type, after)?))
+    })
+}
+
+fn splice(
+    out: &mut Vec<u8>,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+    next: impl Fn(&[u8], usize) -> Option<(u32, usize)>,
 ) -> Result<(), MalformedEvent> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
@@ -67,19 +96,28 @@ pub fn encode(
     put_varint(out, seq);
     let mut pos = 0;
     while pos < event.len() {
-        let field_start = pos;
-        let skipped = skip_field(event, pos);
-        let Some((field, end)) = skipped else {
+        let Some((field, end)) = next(event, pos) else {
             out.truncate(start);
             return Err(MalformedEvent { offset: pos });
         };
         if field != 1 {
-            out.extend_from_slice(&event[field_start..end]);
+            out.extend_from_slice(&event[pos..end]);
         }
         pos = end;
     }
     let crc = crc32c::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// Checks `event` as [`encode`] does, without storing it.
+pub fn validate(event: &[u8]) -> Result<(), MalformedEvent> {
+    let mut pos = 0;
+    while pos < event.len() {
+        pos = wire::top_field(event, pos)
+            .ok_or(MalformedEvent { offset: pos })?
+            .1;
+    }
     Ok(())
 }
 
@@ -132,27 +170,6 @@ fn read_varint(bytes: &[u8], mut pos: usize) -> Option<(u64, usize)> {
         }
     }
     None
-}
-
-/// Skips the top-level field at `pos`; returns its number and the position after it.
-fn skip_field(bytes: &[u8], pos: usize) -> Option<(u64, usize)> {
-    let (tag, pos) = read_varint(bytes, pos)?;
-    let field = tag >> 3;
-    if field == 0 || field > u64::from(u32::MAX >> 3) {
-        return None;
-    }
-    let end = match tag & 7 {
-        0 => read_varint(bytes, pos)?.1,
-        1 => pos.checked_add(8)?,
-        2 => {
-            let (len, pos) = read_varint(bytes, pos)?;
-            pos.checked_add(usize::try_from(len).ok()?)?
-        }
-        5 => pos.checked_add(4)?,
-        // Groups (3, 4) are not used by edgewatch.v1; 6 and 7 do not exist.
-        _ => return None,
-    };
-    (end <= bytes.len()).then_some((field, end))
 }
 
 #[cfg(test)]
@@ -238,6 +255,19 @@ mod tests {
                 Err(_) => proptest::prop_assert!(out.is_empty()),
             }
         }
+    }
+
+    #[test]
+    fn a_typed_event_is_stored_the_same_trusted_or_checked() {
+        let bytes = event(77).encode_to_vec();
+        let (mut checked, mut trusted) = (Vec::new(), Vec::new());
+        encode(&mut checked, 5, 9, &bytes).unwrap();
+        encode_trusted(&mut trusted, 5, 9, &bytes).unwrap();
+        assert_eq!(checked, trusted);
+        // Only the checked form looks inside a field: a string that is not UTF-8.
+        let bad = [0xea, 0x01, 0x03, 0x0a, 0x01, 0xff];
+        assert!(encode(&mut Vec::new(), 1, 0, &bad).is_err());
+        assert!(encode_trusted(&mut Vec::new(), 1, 0, &bad).is_ok());
     }
 
     #[test]

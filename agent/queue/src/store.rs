@@ -272,6 +272,12 @@ impl TierTable<'_> {
         self.tx.remove_range(self.ix, first, last, removed)
     }
 
+    /// Removes the records with `first <= seq <= last` (delivered upstream); returns how many
+    /// and their stored bytes.
+    pub fn remove_acknowledged(&mut self, first: u64, last: u64) -> Result<(u64, u64), StoreError> {
+        self.tx.remove_acknowledged(self.ix, first, last)
+    }
+
     /// Removes and describes the oldest record.
     pub fn pop_oldest(&mut self) -> Result<Option<Removed>, StoreError> {
         self.tx.pop_oldest(self.ix)

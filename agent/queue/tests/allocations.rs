@@ -1,6 +1,7 @@
 //! The agent's steady state appends without allocating: the queue's pending buffers, scratch
-//! encoding buffer and fixed-capacity index are reused. (`append_encoded` decodes its input once
-//! to validate it and does allocate; the agent's own events go through `append`.) Measured with a counting allocator (this
+//! encoding buffer and fixed-capacity index are reused. `append_encoded` checks its untrusted
+//! input against the schema without decoding it into a message, so it does not allocate either;
+//! the agent's own events go through `append`. Measured with a counting allocator (this
 //! test binary's global allocator). Flushes and reads allocate in the store (a transaction's staged copy of the removal state);
 //! their counts are printed for the record, not asserted.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
@@ -58,4 +59,33 @@ fn appends_in_the_steady_state_do_not_allocate() {
     let (appends, flush, read) = round(&mut queue, &mut now);
     println!("600 appends: {appends} allocations; one flush: {flush}; reads and acks: {read}");
     assert_eq!(appends, 0, "600 appends allocated {appends} times");
+}
+
+#[test]
+fn appends_of_encoded_events_are_checked_without_allocating() {
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    let events: Vec<Vec<u8>> = (0..3)
+        .map(|i| named_event(&format!("e{i}"), 300).encode_to_vec())
+        .collect();
+    let tiers = [Tier::Safety, Tier::Slo, Tier::Debug];
+    let mut now = 0;
+    let mut round = || {
+        let before = ALLOCATOR.allocations();
+        for i in 0..600 {
+            now += 1;
+            queue
+                .append_encoded(tiers[i % 3], &events[i % 3], at_ms(now))
+                .unwrap();
+        }
+        let appends = ALLOCATOR.allocations() - before;
+        queue.flush(at_ms(now)).unwrap();
+        appends
+    };
+    for _ in 0..3 {
+        round();
+    }
+    let appends = round();
+    assert_eq!(appends, 0, "600 encoded appends allocated {appends} times");
 }
