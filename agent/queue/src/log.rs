@@ -633,6 +633,8 @@ struct Inner {
     frames: [Vec<u8>; 3],
     /// The state files, opened at their first write.
     state_files: [Option<File>; 2],
+    /// The state files' lengths (a slot is rewritten in place from offset 0, never truncated).
+    state_bytes: [u64; 2],
 }
 
 /// An open log in a directory.
@@ -771,11 +773,13 @@ impl Log {
         }
         let mut slots: Vec<(usize, Slot)> = Vec::new();
         let mut state_files = 0;
+        let mut state_bytes = [0u64; 2];
         let mut damaged_slot = false;
         for (i, name) in STATE_FILES.iter().enumerate() {
             match std::fs::read(dir.join(name)) {
                 Ok(bytes) => {
                     state_files += 1;
+                    state_bytes[i] = bytes.len() as u64;
                     match Slot::decode(&bytes) {
                         Some(slot) => slots.push((i, slot)),
                         None => damaged_slot |= !bytes.is_empty(),
@@ -803,6 +807,7 @@ impl Log {
             encoded: Vec::new(),
             frames: Default::default(),
             state_files: [None, None],
+            state_bytes,
         };
         let salvaging = salvage;
         let no_state = best.is_none();
@@ -1025,6 +1030,19 @@ impl Log {
         Ok(log)
     }
 
+    /// Bytes of the log's files (segments and state slots), from what the log keeps in memory:
+    /// no directory listing, no allocation (the agent's status asks every second).
+    pub fn file_bytes(&self) -> u64 {
+        let inner = self.lock();
+        let segments: u64 = inner
+            .tiers
+            .iter()
+            .flat_map(|tier| tier.segments.iter())
+            .map(|segment| segment.len)
+            .sum();
+        segments + inner.state_bytes.iter().sum::<u64>()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner
             .lock()
@@ -1239,6 +1257,7 @@ impl Log {
                     file.write_all_at(&inner.encoded, 0).map_err(io)?;
                     file.sync_data().map_err(io)?;
                 }
+                inner.state_bytes[slot] = inner.state_bytes[slot].max(inner.encoded.len() as u64);
                 if inner.loaded.is_none() {
                     sync_dir(&self.dir)?;
                 }

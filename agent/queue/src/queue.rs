@@ -1986,7 +1986,12 @@ impl Queue {
 
     /// Bytes of the store's files (the log's segments and state slots).
     pub fn file_bytes(&self) -> u64 {
-        crate::store::file_bytes(&self.path)
+        match &self.store {
+            // The open log knows its files' sizes: the status snapshot asks every second, and
+            // listing the directory allocates (glibc's 32 KiB `opendir` buffer, the entries).
+            Some(StoreSlot(store)) => store.file_bytes(),
+            None => crate::store::file_bytes(&self.path),
+        }
     }
 
     /// Offline window at current rates (see [`crate::window`]); `None` when unbounded.

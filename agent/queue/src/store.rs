@@ -163,6 +163,11 @@ impl Store {
     pub fn from_copy(copied: Copied) -> (Self, CopiedFrom) {
         match copied.never {}
     }
+
+    /// Bytes of the open store's files, without listing its directory or allocating.
+    pub fn file_bytes(&self) -> u64 {
+        self.log.file_bytes()
+    }
 }
 
 /// Bytes of the files of the store at `path` (0 if it does not exist), without opening it.

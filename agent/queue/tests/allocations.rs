@@ -89,3 +89,31 @@ fn appends_of_encoded_events_are_checked_without_allocating() {
     let appends = round();
     assert_eq!(appends, 0, "600 encoded appends allocated {appends} times");
 }
+
+#[test]
+fn the_status_snapshot_and_file_size_the_agent_asks_every_second_do_not_allocate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    let tiers = [Tier::Safety, Tier::Slo, Tier::Debug];
+    for (i, tier) in tiers.into_iter().enumerate() {
+        queue
+            .append(tier, &named_event(&format!("e{i}"), 300), at_ms(1))
+            .unwrap();
+    }
+    queue.flush(at_ms(1)).unwrap();
+    // Warm-up: the snapshot's text buffer reaches its working size.
+    queue.refresh_status_snapshot(at_ms(2));
+    let (allocations, bytes) = ALLOCATOR.allocations_during(|| {
+        let mut bytes = 0;
+        for s in 3..103 {
+            bytes = queue.file_bytes();
+            queue.refresh_status_snapshot(at_ms(s * 1000));
+        }
+        bytes
+    });
+    assert!(bytes > 0, "the log's files have a size");
+    assert_eq!(
+        allocations, 0,
+        "100 status refreshes and file sizes allocated {allocations} times"
+    );
+}
