@@ -2023,6 +2023,60 @@ mod tests {
         assert_eq!(seqs(&Log::open(&path, false).unwrap(), 0), vec![1, 2]);
     }
 
+    fn frames(range: std::ops::RangeInclusive<u64>) -> Frames {
+        let mut frames = Frames::with_capacity(4096, 64);
+        for seq in range {
+            frames
+                .push(seq, |out| {
+                    out.extend_from_slice(&value(seq, seq));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+        }
+        frames
+    }
+
+    #[test]
+    fn a_callers_frames_are_written_first_and_a_record_already_live_is_counted_not_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 1, 1..=2);
+        // 2 is live already (a commit reported failed that landed): skipped and counted.
+        let mut run = frames(2..=4);
+        let replaced = log
+            .write_with([None, Some(&mut run), None], |tx| {
+                tx.insert(1, 5, &value(5, 5))?;
+                // The transaction sees the caller's frames as its own appends.
+                assert_eq!(tx.peek_oldest(1)?, Some((1, 1)));
+                tx.remove_range(1, 1, 3, |_| {})?;
+                assert_eq!(tx.peek_oldest(1)?, Some((4, 4)));
+                Ok(tx.replaced(1))
+            })
+            .unwrap();
+        assert_eq!(replaced, (1, record::KEY_LEN + value(2, 2).len() as u64));
+        let values: Vec<Vec<u8>> = run.iter().map(|(_, value)| value.to_vec()).collect();
+        assert_eq!(values, (2..=4).map(|seq| value(seq, seq)).collect::<Vec<_>>());
+        assert_eq!(seqs(&log, 1), vec![4, 5]);
+        drop(log);
+        let log = Log::open(&path, false).unwrap();
+        assert_eq!(seqs(&log, 1), vec![4, 5]);
+        assert_eq!(log.load().unwrap().state.records.slo, 2);
+    }
+
+    #[test]
+    fn a_callers_frames_with_a_number_neither_new_nor_live_are_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 0, 1..=3);
+        log.write(|tx| tx.remove_range(0, 2, 2, |_| {})).unwrap();
+        let mut run = frames(2..=4);
+        let result = log.write_with([Some(&mut run), None, None], |_| Ok(()));
+        assert!(result.is_err());
+        assert_eq!(seqs(&log, 0), vec![1, 3]);
+    }
+
     #[test]
     fn a_torn_tail_is_truncated_and_appends_go_on_after_it() {
         let dir = tempfile::tempdir().unwrap();
