@@ -1693,7 +1693,11 @@ impl LogTx<'_> {
     }
 
     /// Every frame this transaction appends to tier `ix`, in order.
-    fn staged_frames<'s>(&'s self, own: &'s [u8], ix: usize) -> impl Iterator<Item = (u64, &'s [u8])> {
+    fn staged_frames<'s>(
+        &'s self,
+        own: &'s [u8],
+        ix: usize,
+    ) -> impl Iterator<Item = (u64, &'s [u8])> {
         FrameIter {
             bytes: self.runs[ix],
             at: 0,
@@ -2056,7 +2060,10 @@ mod tests {
             .unwrap();
         assert_eq!(replaced, (1, record::KEY_LEN + value(2, 2).len() as u64));
         let values: Vec<Vec<u8>> = run.iter().map(|(_, value)| value.to_vec()).collect();
-        assert_eq!(values, (2..=4).map(|seq| value(seq, seq)).collect::<Vec<_>>());
+        assert_eq!(
+            values,
+            (2..=4).map(|seq| value(seq, seq)).collect::<Vec<_>>()
+        );
         assert_eq!(seqs(&log, 1), vec![4, 5]);
         drop(log);
         let log = Log::open(&path, false).unwrap();

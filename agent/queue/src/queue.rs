@@ -587,7 +587,9 @@ impl Queue {
             state,
             next_seq: state.next_seq,
             pending: Pending {
-                frames: std::array::from_fn(|_| Frames::with_capacity(max_pending, PENDING_CAPACITY)),
+                frames: std::array::from_fn(|_| {
+                    Frames::with_capacity(max_pending, PENDING_CAPACITY)
+                }),
                 records: 0,
                 bytes: 0,
                 safety_since: None,
