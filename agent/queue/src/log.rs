@@ -164,6 +164,128 @@ const READ_CHUNK: usize = 256 * 1024;
 const STATE_FILES: [&str; 2] = ["state.0", "state.1"];
 const MAGIC: u64 = u64::from_le_bytes(*b"EWQLOG01");
 
+/// Records of one tier waiting for a commit, already in frame form (`len | generation | value`,
+/// the generation filled in by the commit): the caller encodes each record here once, and the
+/// commit writes these bytes as they are, with no copy in between.
+///
+/// Invariants:
+/// - Frames follow each other without gaps, in increasing sequence order; each value's leading
+///   `seq` is the sequence number it was pushed under.
+/// - `records` and `value_bytes` count exactly the frames held.
+#[derive(Debug, Default)]
+pub struct Frames {
+    bytes: Vec<u8>,
+    first_seq: u64,
+    last_seq: u64,
+    records: u64,
+    /// Bytes of the values, without their frame headers.
+    value_bytes: u64,
+    /// Longest value held (a value longer than a frame may carry is refused at the commit).
+    max_value: usize,
+}
+
+impl Frames {
+    /// An empty buffer that holds `value_bytes` of values in up to `records` frames without
+    /// growing.
+    pub fn with_capacity(value_bytes: usize, records: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(value_bytes.saturating_add(records * FRAME_HEADER)),
+            ..Self::default()
+        }
+    }
+
+    /// Appends record `seq` as one frame whose value `write` appends to the buffer it is given
+    /// (the value must lead with `seq`, as `record::encode` writes it). On error nothing is
+    /// appended.
+    pub fn push<E>(
+        &mut self,
+        seq: u64,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; FRAME_HEADER]);
+        if let Err(error) = write(&mut self.bytes) {
+            self.bytes.truncate(start);
+            return Err(error);
+        }
+        let len = self.bytes.len() - start - FRAME_HEADER;
+        self.bytes[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        if self.records == 0 {
+            self.first_seq = seq;
+        }
+        self.last_seq = seq;
+        self.records += 1;
+        self.value_bytes += len as u64;
+        self.max_value = self.max_value.max(len);
+        Ok(len)
+    }
+
+    /// Records held.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes of the values held (what the queue counts, without the frame headers).
+    pub fn value_bytes(&self) -> u64 {
+        self.value_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Sequence numbers of the first and last record held.
+    pub fn seqs(&self) -> Option<(u64, u64)> {
+        (self.records > 0).then_some((self.first_seq, self.last_seq))
+    }
+
+    /// Each record held, in order: its sequence number and value.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        FrameIter {
+            bytes: &self.bytes,
+            at: 0,
+        }
+    }
+
+    /// Forgets every record (the capacity stays).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.records = 0;
+        self.value_bytes = 0;
+        self.max_value = 0;
+    }
+}
+
+/// The frames of a buffer built by [`Frames`] or [`LogTx::insert`]: sequence number and value.
+struct FrameIter<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for FrameIter<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let header = self.bytes.get(self.at..self.at + FRAME_HEADER)?;
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap_or([0; 4])) as usize;
+        let value = self
+            .bytes
+            .get(self.at + FRAME_HEADER..self.at + FRAME_HEADER + len)?;
+        self.at += FRAME_HEADER + len;
+        Some((frame_seq(value).unwrap_or(0), value))
+    }
+}
+
+/// Sets the generation field of every frame in `frames`.
+fn tag_frames(frames: &mut [u8], generation: u64) {
+    let mut at = 0;
+    while at + FRAME_HEADER <= frames.len() {
+        let len = u32::from_le_bytes(frames[at..at + 4].try_into().unwrap_or([0; 4]));
+        frames[at + 4..at + 8].copy_from_slice(&(generation as u32).to_le_bytes());
+        at += FRAME_HEADER + len as usize;
+    }
+}
+
 fn io(error: std::io::Error) -> StoreError {
     if error.kind() == ErrorKind::StorageFull {
         StoreError::DiskFull
@@ -733,6 +855,66 @@ impl<'f> Window<'f> {
     }
 }
 
+/// Stages a caller's run of frames as the first appends of tier `ix`: returns where in it the
+/// frames to write start (past records already live, see [`Log::write_with`]) and the count and
+/// stored bytes of those it skipped.
+fn stage_run(
+    inner: &Inner,
+    tier: &mut StagedTier,
+    ix: usize,
+    run: &Frames,
+    buf: &mut ScanBuf,
+) -> Result<(usize, (u64, u64)), StoreError> {
+    if run.max_value > MAX_VALUE {
+        return Err(StoreError::Io(format!(
+            "record of {} bytes is too large",
+            run.max_value
+        )));
+    }
+    let (mut skip, mut replaced) = (0usize, (0u64, 0u64));
+    if run.first_seq <= tier.last_seq {
+        // Rare: records of a commit reported failed that landed after all.
+        let live = &inner.tiers[ix];
+        for (seq, value) in run.iter() {
+            if seq > tier.last_seq {
+                break;
+            }
+            let mut found = None;
+            if let Some(from) = tier.head.or_else(|| live.start()) {
+                scan(live, from, buf, |frame| {
+                    if frame.seq == seq && !tier.removal.contains(seq) {
+                        found = Some(record::KEY_LEN + frame.value.len() as u64);
+                    }
+                    frame.seq < seq
+                })?;
+            }
+            let Some(bytes) = found else {
+                return Err(StoreError::Io(format!(
+                    "{} record {seq} is not after the last one, {}",
+                    NAMES[ix], tier.last_seq
+                )));
+            };
+            replaced.0 += 1;
+            replaced.1 += bytes;
+            skip += FRAME_HEADER + value.len();
+        }
+    }
+    let written = run.records - replaced.0;
+    if written > 0 {
+        tier.first_staged = FrameIter {
+            bytes: &run.bytes,
+            at: skip,
+        }
+        .next()
+        .map_or(0, |(seq, _)| seq);
+        tier.last_seq = run.last_seq;
+        tier.records += written;
+        let value_bytes = (run.bytes.len() - skip) as u64 - written * FRAME_HEADER as u64;
+        tier.bytes += written * record::KEY_LEN + value_bytes;
+    }
+    Ok((skip, replaced))
+}
+
 /// Accepts frames tagged with the durable generation or an older one (wrapping `u32`).
 fn committed(tag: u32, generation: u64) -> bool {
     (generation as u32).wrapping_sub(tag) as i32 >= 0
@@ -1130,21 +1312,76 @@ impl Log {
         &self,
         work: impl FnOnce(&LogTx<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        self.write_with([None, None, None], work)
+    }
+
+    /// [`Log::write`] with the records of `appends` (per tier) appended first, before anything
+    /// `work` does: their frames are written from the caller's buffers as they are. A record at
+    /// or below its tier's last sequence number must be live (a commit reported failed that
+    /// landed after all): it is not written again, and [`LogTx::replaced`] counts it. The
+    /// generation field of the frames is overwritten; the buffers are otherwise left as given.
+    pub fn write_with<R>(
+        &self,
+        mut appends: [Option<&mut Frames>; 3],
+        work: impl FnOnce(&LogTx<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let buf = std::mem::take(&mut inner.buf);
+        let mut buf = std::mem::take(&mut inner.buf);
         let frames = std::mem::take(&mut inner.frames);
-        let tx = LogTx {
-            staged: std::cell::RefCell::new(Staged::from(inner, frames)),
-            inner: &*inner,
-            buf: std::cell::RefCell::new(buf),
-        };
-        let result = work(&tx);
-        let LogTx { staged, buf, .. } = tx;
-        inner.buf = buf.into_inner();
-        let mut staged = staged.into_inner();
+        let mut staged = Staged::from(inner, frames);
+        let mut skip = [0usize; 3];
+        let mut replaced = [(0u64, 0u64); 3];
+        let mut result = Ok(());
+        for ix in 0..3 {
+            if let Some(run) = appends[ix].as_deref().filter(|run| !run.is_empty()) {
+                result = stage_run(inner, &mut staged.tiers[ix], ix, run, &mut buf).map(
+                    |(at, counts)| {
+                        skip[ix] = at;
+                        replaced[ix] = counts;
+                    },
+                );
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
         let result = match result {
-            Ok(value) => self.commit(inner, &mut staged).map(|()| value),
+            Ok(()) => {
+                let runs = [0, 1, 2].map(|ix| match appends[ix].as_deref() {
+                    Some(run) => &run.bytes[skip[ix]..],
+                    None => &[][..],
+                });
+                let tx = LogTx {
+                    staged: std::cell::RefCell::new(staged),
+                    inner: &*inner,
+                    buf: std::cell::RefCell::new(buf),
+                    runs,
+                    replaced,
+                };
+                let result = work(&tx);
+                let LogTx {
+                    staged: tx_staged,
+                    buf: tx_buf,
+                    ..
+                } = tx;
+                buf = tx_buf.into_inner();
+                staged = tx_staged.into_inner();
+                result
+            }
+            Err(error) => Err(error),
+        };
+        inner.buf = buf;
+        let result = match result {
+            Ok(value) => {
+                let mut runs: [&mut [u8]; 3] = Default::default();
+                for (ix, run) in appends.iter_mut().enumerate() {
+                    if let Some(run) = run {
+                        runs[ix] = &mut run.bytes[skip[ix]..];
+                    }
+                }
+                self.commit(inner, &mut staged, runs).map(|()| value)
+            }
             Err(error) => Err(error),
         };
         // The frame buffers are kept for the next transaction.
@@ -1156,7 +1393,14 @@ impl Log {
         result
     }
 
-    fn commit(&self, inner: &mut Inner, staged: &mut Staged) -> Result<(), StoreError> {
+    /// Commits `staged`, whose appends per tier are `runs` (the caller's frames) then its own
+    /// frames.
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        staged: &mut Staged,
+        mut runs: [&mut [u8]; 3],
+    ) -> Result<(), StoreError> {
         let mut needs_state = staged.kv.is_some() || inner.loaded.is_none();
         let mut next_seq = inner.slot.next_seq;
         let (mut epoch, mut losses) = (inner.slot.epoch, inner.slot.losses);
@@ -1178,22 +1422,31 @@ impl Log {
             needs_state |= staged.tiers[ix].removal != inner.tiers[ix].removal;
         }
         let generation = inner.slot.generation + u64::from(needs_state);
-        for tier in &mut staged.tiers {
-            let mut at = 0;
-            while at < tier.frames.len() {
-                let len = u32::from_le_bytes(tier.frames[at..at + 4].try_into().unwrap_or([0; 4]));
-                tier.frames[at + 4..at + 8].copy_from_slice(&(generation as u32).to_le_bytes());
-                at += FRAME_HEADER + len as usize;
-            }
+        for (tier, run) in staged.tiers.iter_mut().zip(runs.iter_mut()) {
+            tag_frames(run, generation);
+            tag_frames(&mut tier.frames, generation);
         }
         // Write the frames of each tier, then the state.
         let mut created: [Option<PathBuf>; 3] = Default::default();
         let mut written: [Option<u64>; 3] = [None; 3];
         let result = (|| -> Result<(), StoreError> {
             for (ix, tier) in staged.tiers.iter().enumerate() {
-                if tier.frames.is_empty() {
+                let run = &*runs[ix];
+                if tier.frames.is_empty() && run.is_empty() {
                     continue;
                 }
+                // The caller's frames, then the transaction's own, as one write when only one
+                // of them has any.
+                let write = |file: &File, at: u64| -> Result<(), StoreError> {
+                    if !run.is_empty() {
+                        file.write_all_at(run, at).map_err(io)?;
+                    }
+                    if !tier.frames.is_empty() {
+                        file.write_all_at(&tier.frames, at + run.len() as u64)
+                            .map_err(io)?;
+                    }
+                    Ok(())
+                };
                 let live = &inner.tiers[ix];
                 let active = live
                     .segments
@@ -1202,10 +1455,7 @@ impl Log {
                 match active {
                     Some(segment) => {
                         written[ix] = Some(segment.len);
-                        segment
-                            .file
-                            .write_all_at(&tier.frames, segment.len)
-                            .map_err(io)?;
+                        write(&segment.file, segment.len)?;
                         segment.file.sync_data().map_err(io)?;
                     }
                     None => {
@@ -1218,7 +1468,7 @@ impl Log {
                             .open(&path)
                             .map_err(io)?;
                         created[ix] = Some(path);
-                        file.write_all_at(&tier.frames, 0).map_err(io)?;
+                        write(&file, 0)?;
                         file.sync_data().map_err(io)?;
                     }
                 }
@@ -1285,9 +1535,10 @@ impl Log {
         // Apply.
         for (ix, tier) in staged.tiers.iter_mut().enumerate() {
             let live = &mut inner.tiers[ix];
+            let appended = (runs[ix].len() + tier.frames.len()) as u64;
             if written[ix].is_some() {
                 if let Some(segment) = live.segments.back_mut() {
-                    segment.len += tier.frames.len() as u64;
+                    segment.len += appended;
                 }
             } else if let Some(path) = &created[ix] {
                 let file = OpenOptions::new()
@@ -1298,7 +1549,7 @@ impl Log {
                 live.segments.push_back(Segment {
                     first_seq: tier.first_staged,
                     file,
-                    len: tier.frames.len() as u64,
+                    len: appended,
                     skips: Vec::new(),
                 });
             }
@@ -1428,9 +1679,32 @@ pub struct LogTx<'a> {
     inner: &'a Inner,
     staged: std::cell::RefCell<Staged>,
     buf: std::cell::RefCell<ScanBuf>,
+    /// Per tier, the caller's frames appended ahead of the transaction's own (`write_with`).
+    runs: [&'a [u8]; 3],
+    /// Per tier, records of those runs found live already: count and stored bytes.
+    replaced: [(u64, u64); 3],
 }
 
 impl LogTx<'_> {
+    /// Records of tier `ix` handed to [`Log::write_with`] that were live already (not written
+    /// again): how many, and their stored bytes.
+    pub fn replaced(&self, ix: usize) -> (u64, u64) {
+        self.replaced[ix]
+    }
+
+    /// Every frame this transaction appends to tier `ix`, in order.
+    fn staged_frames<'s>(
+        &'s self,
+        own: &'s [u8],
+        ix: usize,
+    ) -> impl Iterator<Item = (u64, &'s [u8])> {
+        FrameIter {
+            bytes: self.runs[ix],
+            at: 0,
+        }
+        .chain(FrameIter { bytes: own, at: 0 })
+    }
+
     /// Writes the state record (its counts are the log's own).
     pub fn put_state(&self, state: &Persisted) {
         self.staged.borrow_mut().state = Some(*state);
@@ -1460,7 +1734,7 @@ impl LogTx<'_> {
         let tier = &mut staged.tiers[ix];
         if seq <= tier.last_seq {
             let mut found = None;
-            if tier.frames.is_empty() {
+            if tier.frames.is_empty() && self.runs[ix].is_empty() {
                 let live = &self.inner.tiers[ix];
                 let removal = tier.removal.clone();
                 if let Some(from) = tier.head.or_else(|| live.start()) {
@@ -1486,7 +1760,7 @@ impl LogTx<'_> {
                 value.len()
             )));
         }
-        if tier.frames.is_empty() {
+        if tier.frames.is_empty() && self.runs[ix].is_empty() {
             tier.first_staged = seq;
         }
         tier.frames
@@ -1513,23 +1787,14 @@ impl LogTx<'_> {
                 pos: Some(pos),
             }));
         }
-        let mut at = 0;
-        while at < tier.frames.len() {
-            let len =
-                u32::from_le_bytes(tier.frames[at..at + 4].try_into().unwrap_or([0; 4])) as usize;
-            let value = &tier.frames[at + FRAME_HEADER..at + FRAME_HEADER + len];
-            if let Some(seq) = frame_seq(value)
-                && !tier.removal.contains(seq)
-            {
-                return Ok(Some(Oldest {
-                    seq,
-                    appended: record::appended_unix_ms(value).unwrap_or(0),
-                    pos: None,
-                }));
-            }
-            at += FRAME_HEADER + len;
-        }
-        Ok(None)
+        Ok(self
+            .staged_frames(&tier.frames, ix)
+            .find(|(seq, _)| !tier.removal.contains(*seq))
+            .map(|(seq, value)| Oldest {
+                seq,
+                appended: record::appended_unix_ms(value).unwrap_or(0),
+                pos: None,
+            }))
     }
 
     /// Moves the tier's removed prefix up to its first live record.
@@ -1579,16 +1844,8 @@ impl LogTx<'_> {
                     true
                 })?;
             }
-            let mut at = 0;
-            while at < tier.frames.len() {
-                let len = u32::from_le_bytes(tier.frames[at..at + 4].try_into().unwrap_or([0; 4]))
-                    as usize;
-                if let Some(seq) =
-                    frame_seq(&tier.frames[at + FRAME_HEADER..at + FRAME_HEADER + len])
-                {
-                    visit(seq, len);
-                }
-                at += FRAME_HEADER + len;
+            for (seq, value) in self.staged_frames(&tier.frames, ix) {
+                visit(seq, value.len());
             }
             tier.records -= records;
             tier.bytes -= bytes;
@@ -1768,6 +2025,63 @@ mod tests {
         assert_eq!(seqs(&log, 0), vec![1, 2]);
         drop(log);
         assert_eq!(seqs(&Log::open(&path, false).unwrap(), 0), vec![1, 2]);
+    }
+
+    fn frames(range: std::ops::RangeInclusive<u64>) -> Frames {
+        let mut frames = Frames::with_capacity(4096, 64);
+        for seq in range {
+            frames
+                .push(seq, |out| {
+                    out.extend_from_slice(&value(seq, seq));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+        }
+        frames
+    }
+
+    #[test]
+    fn a_callers_frames_are_written_first_and_a_record_already_live_is_counted_not_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 1, 1..=2);
+        // 2 is live already (a commit reported failed that landed): skipped and counted.
+        let mut run = frames(2..=4);
+        let replaced = log
+            .write_with([None, Some(&mut run), None], |tx| {
+                tx.insert(1, 5, &value(5, 5))?;
+                // The transaction sees the caller's frames as its own appends.
+                assert_eq!(tx.peek_oldest(1)?, Some((1, 1)));
+                tx.remove_range(1, 1, 3, |_| {})?;
+                assert_eq!(tx.peek_oldest(1)?, Some((4, 4)));
+                Ok(tx.replaced(1))
+            })
+            .unwrap();
+        assert_eq!(replaced, (1, record::KEY_LEN + value(2, 2).len() as u64));
+        let values: Vec<Vec<u8>> = run.iter().map(|(_, value)| value.to_vec()).collect();
+        assert_eq!(
+            values,
+            (2..=4).map(|seq| value(seq, seq)).collect::<Vec<_>>()
+        );
+        assert_eq!(seqs(&log, 1), vec![4, 5]);
+        drop(log);
+        let log = Log::open(&path, false).unwrap();
+        assert_eq!(seqs(&log, 1), vec![4, 5]);
+        assert_eq!(log.load().unwrap().state.records.slo, 2);
+    }
+
+    #[test]
+    fn a_callers_frames_with_a_number_neither_new_nor_live_are_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 0, 1..=3);
+        log.write(|tx| tx.remove_range(0, 2, 2, |_| {})).unwrap();
+        let mut run = frames(2..=4);
+        let result = log.write_with([Some(&mut run), None, None], |_| Ok(()));
+        assert!(result.is_err());
+        assert_eq!(seqs(&log, 0), vec![1, 3]);
     }
 
     #[test]

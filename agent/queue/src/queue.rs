@@ -59,7 +59,7 @@ use crate::error::{AppendError, FlushError, KvError, QueueError, ReadError};
 use crate::record;
 use crate::status::{self, QueueStatus, TierStatus};
 use crate::store::{
-    Copied, CopyJob, LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx,
+    Copied, CopyJob, Frames, LOSS_CAUSES, Loaded, Persisted, Removed, Store, StoreError, StoreTx,
     contain_panic,
 };
 use crate::window::{self, RateEstimator, WindowAlarm};
@@ -361,20 +361,16 @@ impl FlushOutcome {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct PendingEntry {
-    ix: usize,
-    seq: u64,
-    start: usize,
-    end: usize,
-}
-
-/// Appends waiting for the next flush: one byte arena and a fixed-capacity index, both reused.
-/// The index is boxed once at open so the `Queue` itself stays small to move.
+/// Appends waiting for the next flush: per tier, the stored records already in the log's frame
+/// form (a commit writes them from here, with no copy in between), in buffers reused from flush
+/// to flush and sized at open so they never grow.
 #[derive(Debug)]
 struct Pending {
-    bytes: Vec<u8>,
-    entries: Box<heapless::Vec<PendingEntry, PENDING_CAPACITY>>,
+    frames: [Frames; 3],
+    /// Records waiting, every tier (at most [`PENDING_CAPACITY`]).
+    records: usize,
+    /// Bytes of their stored values (what `max_pending_bytes` bounds).
+    bytes: u64,
     /// Append time of the oldest waiting safety record, and of the oldest other work.
     safety_since: Option<SystemTime>,
     bulk_since: Option<SystemTime>,
@@ -591,8 +587,11 @@ impl Queue {
             state,
             next_seq: state.next_seq,
             pending: Pending {
-                bytes: Vec::with_capacity(max_pending),
-                entries: Box::default(),
+                frames: std::array::from_fn(|_| {
+                    Frames::with_capacity(max_pending, PENDING_CAPACITY)
+                }),
+                records: 0,
+                bytes: 0,
                 safety_since: None,
                 bulk_since: None,
                 kv_after_safety: false,
@@ -704,27 +703,29 @@ impl Queue {
     /// the new numbers are what the next commit writes.
     fn renumber_pending(&mut self, next: PerTier<u64>) {
         self.next_seq = next;
-        if self.pending.entries.is_empty() {
+        if self.pending.records == 0 {
             return;
         }
-        let mut bytes = Vec::with_capacity(self.pending.bytes.capacity());
-        for i in 0..self.pending.entries.len() {
-            let entry = self.pending.entries[i];
-            let seq = *self.next_seq.at(entry.ix);
-            *self.next_seq.at_mut(entry.ix) += 1;
-            let old = &self.pending.bytes[entry.start..entry.end];
-            let appended = record::appended_unix_ms(old).unwrap_or(0);
-            let start = bytes.len();
-            // The stored encoding is valid: re-encoding it under the new number cannot fail.
-            let _ = record::encode_trusted(&mut bytes, seq, appended, &old[record::HEADER_LEN..]);
-            self.pending.entries[i] = PendingEntry {
-                seq,
-                start,
-                end: bytes.len(),
-                ..entry
-            };
+        let capacity = usize::try_from(self.config.get().max_pending_bytes).unwrap_or(usize::MAX);
+        for ix in 0..3 {
+            if self.pending.frames[ix].is_empty() {
+                continue;
+            }
+            let old = std::mem::replace(
+                &mut self.pending.frames[ix],
+                Frames::with_capacity(capacity, PENDING_CAPACITY),
+            );
+            for (_, value) in old.iter() {
+                let seq = *self.next_seq.at(ix);
+                *self.next_seq.at_mut(ix) += 1;
+                let appended = record::appended_unix_ms(value).unwrap_or(0);
+                // The stored encoding is valid: re-encoding it under the new number cannot fail.
+                let _ = self.pending.frames[ix].push(seq, |out| {
+                    record::encode_trusted(out, seq, appended, &value[record::HEADER_LEN..])
+                });
+            }
         }
-        self.pending.bytes = bytes;
+        self.pending.bytes = self.pending.frames.iter().map(Frames::value_bytes).sum();
     }
 
     /// The store just failed (to open or to commit): unavailable from now, retried with backoff
@@ -761,7 +762,7 @@ impl Queue {
             since: fault.since,
             attempts: fault.attempts,
             next_attempt: fault.next_attempt,
-            held_safety: self.pending.entries.iter().filter(|e| e.ix == 0).count(),
+            held_safety: self.pending.frames[0].records() as usize,
             hold_capacity: self.config.get().safety_hold_records,
             never_opened: !self.opened,
         })
@@ -841,7 +842,7 @@ impl Queue {
                 self.unreported.add(ix, LossCause::DiskFull, None, len);
                 return Err(AppendError::StoreUnavailable);
             }
-            let held = self.pending.entries.len();
+            let held = self.pending.records;
             if held >= self.config.get().safety_hold_records || !self.pending_has_room(len) {
                 self.unreported.add(0, LossCause::BufferOverflow, None, len);
                 return Err(AppendError::HoldFull);
@@ -866,23 +867,19 @@ impl Queue {
             }
         }
         let seq = *self.next_seq.at(ix);
-        let start = self.pending.bytes.len();
-        if check {
-            record::encode(&mut self.pending.bytes, seq, unix_ms(now), event)?;
-        } else {
-            record::encode_trusted(&mut self.pending.bytes, seq, unix_ms(now), event)?;
-        }
-        let end = self.pending.bytes.len();
-        // Room was checked above, so the push cannot fail.
-        let _ = self.pending.entries.push(PendingEntry {
-            ix,
-            seq,
-            start,
-            end,
-        });
+        let ms = unix_ms(now);
+        // Room was checked above: the buffer does not grow.
+        let stored = self.pending.frames[ix].push(seq, |out| {
+            if check {
+                record::encode(out, seq, ms, event)
+            } else {
+                record::encode_trusted(out, seq, ms, event)
+            }
+        })? as u64;
+        self.pending.records += 1;
+        self.pending.bytes += stored;
         *self.next_seq.at_mut(ix) += 1;
-        self.rates
-            .record(ix, (end - start) as u64 + record::KEY_LEN);
+        self.rates.record(ix, stored + record::KEY_LEN);
         let since = if ix == 0 {
             &mut self.pending.safety_since
         } else {
@@ -893,8 +890,8 @@ impl Queue {
     }
 
     fn pending_has_room(&self, len: u64) -> bool {
-        !self.pending.entries.is_full()
-            && (self.pending.bytes.len() as u64 + len) <= self.config.get().max_pending_bytes
+        self.pending.records < PENDING_CAPACITY
+            && (self.pending.bytes + len) <= self.config.get().max_pending_bytes
     }
 
     /// Acknowledges the records `seqs` of `tier` in `epoch` (delivered upstream). They are deleted
@@ -1095,7 +1092,7 @@ impl Queue {
 
     /// Number of appends not yet durable.
     pub fn pending_records(&self) -> usize {
-        self.pending.entries.len()
+        self.pending.records
     }
 
     /// Flushes now unless `records` more appends of `bytes` in all fit in the append buffer. A
@@ -1105,8 +1102,8 @@ impl Queue {
     /// the room is there (not while the store is unavailable and the buffer full).
     pub fn make_room(&mut self, records: usize, bytes: u64, now: SystemTime) -> bool {
         let fits = |queue: &Queue| {
-            queue.pending.entries.len() + records <= queue.pending.entries.capacity()
-                && queue.pending.bytes.len() as u64 + bytes <= queue.config.get().max_pending_bytes
+            queue.pending.records + records <= PENDING_CAPACITY
+                && queue.pending.bytes + bytes <= queue.config.get().max_pending_bytes
         };
         if fits(self) {
             return true;
@@ -1254,15 +1251,9 @@ impl Queue {
         if bulk_due {
             return false;
         }
-        let (mut safety_bytes, mut bulk_bytes) = (0u64, 0u64);
-        for entry in pending.entries.iter() {
-            let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
-            if entry.ix == 0 {
-                safety_bytes += bytes;
-            } else {
-                bulk_bytes += bytes;
-            }
-        }
+        let stored = |frames: &Frames| frames.value_bytes() + record::KEY_LEN * frames.records();
+        let safety_bytes = stored(&pending.frames[0]);
+        let bulk_bytes = stored(&pending.frames[1]) + stored(&pending.frames[2]);
         // Over its cap the safety tier evicts, which the full commit does and reports.
         bulk_bytes > SAFETY_CARRY_BYTES
             && self.state.bytes.safety + safety_bytes <= self.config.cap(0)
@@ -1276,20 +1267,16 @@ impl Queue {
         };
         let mut state = self.state;
         state.next_seq.safety = self.next_seq.safety;
-        let pending = &self.pending;
-        let mut written = 0u64;
-        let oldest = store.write(|tx| {
-            let mut table = tx.tier(0)?;
-            for entry in pending.entries.iter().filter(|entry| entry.ix == 0) {
-                let replaced = table.insert(entry.seq, &pending.bytes[entry.start..entry.end])?;
-                if let Some(old) = replaced {
-                    // A held record whose earlier commit did land after all.
-                    state.forget(0, old);
-                }
-                state.bytes.safety += record::KEY_LEN + (entry.end - entry.start) as u64;
-                state.records.safety += 1;
-                written += 1;
-            }
+        let safety = &mut self.pending.frames[0];
+        let written = safety.records();
+        let stored = safety.value_bytes() + record::KEY_LEN * written;
+        let oldest = store.write_with([Some(safety), None, None], |tx| {
+            let table = tx.tier(0)?;
+            // Held records whose earlier commit did land after all.
+            let (records, bytes) = table.replaced();
+            state.forget_many(0, records, bytes);
+            state.bytes.safety += stored;
+            state.records.safety += written;
             let oldest = table.peek_oldest()?;
             tx.put_state(&state)?;
             Ok(oldest)
@@ -1315,29 +1302,12 @@ impl Queue {
         })
     }
 
-    /// Drops the safety appends from the append buffer (after a safety commit wrote them),
-    /// moving the others to its front in order. Allocates nothing.
+    /// Drops the safety appends from the append buffer (after a safety commit wrote them).
     fn retain_bulk_pending(&mut self) {
         let pending = &mut self.pending;
-        let mut kept = 0;
-        let mut write_at = 0;
-        for i in 0..pending.entries.len() {
-            let entry = pending.entries[i];
-            if entry.ix == 0 {
-                continue;
-            }
-            let len = entry.end - entry.start;
-            pending.bytes.copy_within(entry.start..entry.end, write_at);
-            pending.entries[kept] = PendingEntry {
-                start: write_at,
-                end: write_at + len,
-                ..entry
-            };
-            write_at += len;
-            kept += 1;
-        }
-        pending.entries.truncate(kept);
-        pending.bytes.truncate(write_at);
+        pending.records -= pending.frames[0].records() as usize;
+        pending.bytes -= pending.frames[0].value_bytes();
+        pending.frames[0].clear();
         pending.safety_since = None;
     }
 
@@ -1394,7 +1364,7 @@ impl Queue {
         let raise = config
             .offline_window_threshold
             .is_some_and(|threshold| alarm.observe(window, threshold));
-        let nothing_to_do = self.pending.entries.is_empty()
+        let nothing_to_do = self.pending.records == 0
             && self.acks.is_empty()
             && self.corrupt.is_empty()
             && self.dead_letters.is_empty()
@@ -1436,7 +1406,11 @@ impl Queue {
             debug: self.config.cap(2),
         };
         let budget = config.budget_bytes;
-        let pending = &self.pending;
+        let appended = self.pending.frames.each_ref().map(|frames| {
+            let records = frames.records();
+            (records, frames.value_bytes() + record::KEY_LEN * records)
+        });
+        let [safety, slo, debug] = &mut self.pending.frames;
         let acks = &self.acks;
         let corrupt = &self.corrupt;
         let kv = &self.kv;
@@ -1445,21 +1419,17 @@ impl Queue {
         let value = &mut self.value;
         let rates = self.rates.rates();
         let threshold = config.offline_window_threshold;
-        store.write(|tx| {
+        let appends = [Some(safety), Some(slo), Some(debug)];
+        store.write_with(appends, |tx| {
             for ix in 0..3 {
                 let mut table = tx.tier(ix)?;
-                for entry in pending.entries.iter().filter(|entry| entry.ix == ix) {
-                    let replaced =
-                        table.insert(entry.seq, &pending.bytes[entry.start..entry.end])?;
-                    let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
-                    if let Some(old) = replaced {
-                        // A held record whose earlier commit did land after all.
-                        state.forget(ix, old);
-                    }
-                    *state.bytes.at_mut(ix) += bytes;
-                    *state.records.at_mut(ix) += 1;
-                    *written.at_mut(ix) += 1;
-                }
+                // Held records whose earlier commit did land after all.
+                let (records, bytes) = table.replaced();
+                state.forget_many(ix, records, bytes);
+                let (records, bytes) = appended[ix];
+                *state.bytes.at_mut(ix) += bytes;
+                *state.records.at_mut(ix) += records;
+                *written.at_mut(ix) += records;
                 for &(_, first, last) in acks.iter().filter(|ack| ack.0 == ix) {
                     let (records, bytes) = table.remove_acknowledged(first, last)?;
                     state.forget_many(ix, records, bytes);
@@ -1607,8 +1577,11 @@ impl Queue {
         self.oldest = oldest;
         self.compaction.record_deletions(&mut deleted_now);
         self.unreported = LossLedger::default();
-        self.pending.bytes.clear();
-        self.pending.entries.clear();
+        for frames in &mut self.pending.frames {
+            frames.clear();
+        }
+        self.pending.records = 0;
+        self.pending.bytes = 0;
         self.pending.safety_since = None;
         self.pending.bulk_since = None;
         self.pending.kv_after_safety = false;
@@ -1638,35 +1611,25 @@ impl Queue {
     /// close the store so a later flush reopens (and repairs) it.
     fn store_failed(&mut self, error: StoreError, now: SystemTime) -> FlushError {
         tracing::warn!(%error, "Queue flush failed; holding safety events, refusing others.");
-        let mut kept = 0;
-        let mut write_at = 0;
-        for i in 0..self.pending.entries.len() {
-            let entry = self.pending.entries[i];
-            if entry.ix == 0 {
-                let len = entry.end - entry.start;
-                self.pending
-                    .bytes
-                    .copy_within(entry.start..entry.end, write_at);
-                self.pending.entries[kept] = PendingEntry {
-                    start: write_at,
-                    end: write_at + len,
-                    ..entry
-                };
-                write_at += len;
-                kept += 1;
-            } else {
-                let bytes = record::KEY_LEN + (entry.end - entry.start) as u64;
+        for ix in 1..3 {
+            let frames = &mut self.pending.frames[ix];
+            for (seq, value) in frames.iter() {
+                let bytes = record::KEY_LEN + value.len() as u64;
                 self.unreported
-                    .add(entry.ix, LossCause::DiskFull, Some(entry.seq), bytes);
-                let range = self.refused.at_mut(entry.ix);
+                    .add(ix, LossCause::DiskFull, Some(seq), bytes);
+            }
+            if let Some((first, last)) = frames.seqs() {
+                let range = self.refused.at_mut(ix);
                 *range = Some(match *range {
-                    Some((first, _)) => (first, entry.seq),
-                    None => (entry.seq, entry.seq),
+                    Some((before, _)) => (before, last),
+                    None => (first, last),
                 });
             }
+            frames.clear();
         }
-        self.pending.entries.truncate(kept);
-        self.pending.bytes.truncate(write_at);
+        let kept = self.pending.frames[0].records() as usize;
+        self.pending.records = kept;
+        self.pending.bytes = self.pending.frames[0].value_bytes();
         // The refusal reports and any acknowledgements still wait: keep a flush due (the next
         // one is the next reopen attempt, see `next_flush_at`).
         self.pending.bulk_since = Some(now);
@@ -1691,7 +1654,7 @@ impl Queue {
     /// Reopens a store closed by a failure (or never opened), if the next attempt is due: a
     /// new handle on the files, the log's recovery, the queue's checks.
     fn reopen(&mut self, now: SystemTime) -> Result<(), FlushError> {
-        let held = self.pending.entries.len();
+        let held = self.pending.records;
         let not_yet = |reason: String| FlushError {
             reason,
             refused: PerTier::default(),
@@ -1766,7 +1729,7 @@ impl Queue {
         // The damaged store's handles are closed before it is moved aside.
         self.store = None;
         self.compaction.cancel();
-        let held = self.pending.entries.len();
+        let held = self.pending.records;
         let (store, loaded, moved) = match quarantine(&self.config, &self.path, reason, true, now) {
             Ok(done) => done,
             Err(error) => {
@@ -2031,12 +1994,7 @@ impl Queue {
                     .map(|(_, ms)| Duration::from_millis(now_ms.saturating_sub(ms))),
                 first_seq: self.oldest.at(ix).map_or(0, |(seq, _)| seq),
                 durable_seq: self.state.next_seq.at(ix) - 1,
-                pending: self
-                    .pending
-                    .entries
-                    .iter()
-                    .filter(|entry| entry.ix == ix)
-                    .count() as u64,
+                pending: self.pending.frames[ix].records(),
                 evicted: lost(LossCause::Evicted),
                 expired: lost(LossCause::Expired),
                 corrupt: lost(LossCause::Corrupt),

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicBool;
 use edgewatch_proto::tier::PerTier;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
-pub use crate::log::{LOSS_CAUSES, Loaded, LossTotals, Persisted, Removed, StoreError};
+pub use crate::log::{Frames, LOSS_CAUSES, Loaded, LossTotals, Persisted, Removed, StoreError};
 use crate::log::{Log, LogTx};
 
 /// Version of the old (redb) layout below, the only one a migration reads.
@@ -147,6 +147,18 @@ impl Store {
         self.log.write(|tx| work(&StoreTx { tx }))
     }
 
+    /// [`Store::write`] with the records of `appends` (per tier, in frame form) appended first
+    /// and written from those buffers without another copy; a record already stored (a commit
+    /// reported failed that landed after all) is not stored twice, and
+    /// [`TierTable::replaced`] counts it.
+    pub fn write_with<R>(
+        &self,
+        appends: [Option<&mut Frames>; 3],
+        work: impl FnOnce(&StoreTx<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        self.log.write_with(appends, |tx| work(&StoreTx { tx }))
+    }
+
     /// Verifies every record's checksum: the open already did (recovery scans every frame), so
     /// this only says so.
     pub fn verify(&mut self) -> Result<bool, StoreError> {
@@ -265,6 +277,12 @@ impl TierTable<'_> {
     /// Stores `value` under `seq`; returns the bytes of a record it replaced.
     pub fn insert(&mut self, seq: u64, value: &[u8]) -> Result<Option<u64>, StoreError> {
         self.tx.insert(self.ix, seq, value)
+    }
+
+    /// Records handed to [`Store::write_with`] for this tier that were stored already: how
+    /// many, and their stored bytes.
+    pub fn replaced(&self) -> (u64, u64) {
+        self.tx.replaced(self.ix)
     }
 
     /// Removes the records with `first <= seq <= last`, calling `removed` for each.
