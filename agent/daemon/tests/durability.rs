@@ -24,8 +24,8 @@ use edgewatch_proto::v1::{Tier, event};
 use edgewatch_queue::config::{DEFAULT_BULK_FLUSH_INTERVAL, DEFAULT_SAFETY_FLUSH_INTERVAL};
 use prost::Message;
 use util::{
-    Agent, Collector, Pace, Producer, ProducerReport, ProducerSpec, quantile, stored_records,
-    submit_all, test_event, test_id, wait_until,
+    Agent, Collector, IdleReference, Pace, Producer, ProducerReport, ProducerSpec, quantile,
+    run_queue_wait, stored_records, submit_all, test_event, test_id, wait_until,
 };
 
 const SAFETY_IDS: i64 = 1_000_000;
@@ -612,19 +612,32 @@ fn repeated_sigkills_mid_drain_lose_no_acknowledged_event_and_no_seq_names_two_e
 
 /// Twin at the bulk interval's scale: a single SLO submission is answered once its group commit
 /// wrote it, within the bulk flush interval (1 s), not before it is durable and not much later.
+/// The packaged agent runs at `SCHED_IDLE` in the idle I/O class: on a machine busy with other
+/// jobs it waits for them, so the bound adds what it waited for a CPU over the test (its run
+/// queue wait) and how late a reference thread writing in the idle I/O class was
+/// ([`IdleReference`]); both are about zero on a quiet machine.
 #[test]
 fn a_lone_slo_submission_is_answered_within_the_bulk_flush() {
     let agent = Agent::start_packaged(no_broker(), "truck-37", &[]);
+    let reference = IdleReference::start(agent.dir.path());
+    let waited_before = run_queue_wait(agent.pid());
     let report = Producer::start(ProducerSpec {
         limit: Some(5),
         ..producer(&agent, Tier::Slo, SLO_IDS, 100, Pace::OneAtATime)
     })
     .join();
+    let waited = run_queue_wait(agent.pid()) - waited_before;
+    let io_late = reference.stop();
     assert_eq!(report.acked.len(), 5, "{report:?}");
     let max = quantile(&latencies(&report), 1.0);
-    eprintln!("lone SLO submissions answered in {:?}", latencies(&report));
+    eprintln!(
+        "lone SLO submissions answered in {:?}; the agent waited {waited:?} for a CPU, an \
+         idle-class writer was up to {io_late:?} late",
+        latencies(&report)
+    );
+    let bound = DEFAULT_BULK_FLUSH_INTERVAL + Duration::from_millis(200) + waited + io_late;
     assert!(
-        max <= DEFAULT_BULK_FLUSH_INTERVAL + Duration::from_millis(200),
-        "an SLO reply took {max:?}"
+        max <= bound,
+        "an SLO reply took {max:?}, over {bound:?} (CPU wait {waited:?}, I/O lateness {io_late:?})"
     );
 }

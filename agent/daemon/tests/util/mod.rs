@@ -711,3 +711,74 @@ fn pipelined(
         .unanswered
         .extend(sent.lock().unwrap().drain(..).map(|(id, _)| id));
 }
+
+/// A reference for what the machine's other load does to a process scheduled as the packaged
+/// agent is (`SCHED_IDLE`, the idle I/O class): a thread with the same scheduling that wakes
+/// every 100 ms, writes a 4 KiB page and `fdatasync`s it in a directory on the agent's file
+/// system, and keeps how late it finished against its deadline. A latency bound the agent cannot
+/// keep on a loaded machine (its CPU and disk come after every other job's) adds the
+/// reference's worst lateness in the same run: other jobs widen the bound, a quiet machine keeps
+/// it tight, and the agent's own delays still count in full.
+pub struct IdleReference {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Duration>,
+}
+
+impl IdleReference {
+    /// Starts the reference thread, writing `dir/idle-reference`.
+    pub fn start(dir: &Path) -> Self {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering;
+        const PERIOD: Duration = Duration::from_millis(100);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let file = std::fs::File::create(dir.join("idle-reference")).unwrap();
+        let stop_flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sets the calling thread's own policy; `param` outlives the call.
+            let policy = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            assert_eq!(policy, 0, "SCHED_IDLE refused");
+            // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE << 13).
+            // SAFETY: a plain system call on this thread's own I/O priority.
+            let io = unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, 3 << 13) };
+            assert_eq!(io, 0, "the idle I/O class refused");
+            let page = [0x5au8; 4096];
+            let mut worst = Duration::ZERO;
+            let mut deadline = Instant::now();
+            while !stop_flag.load(Ordering::Relaxed) {
+                deadline += PERIOD;
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                file.write_all_at(&page, 0).unwrap();
+                file.sync_data().unwrap();
+                worst = worst.max(Instant::now().saturating_duration_since(deadline));
+                // A deadline missed by more than a period is not retried: the next is in the future.
+                deadline = deadline.max(Instant::now() - PERIOD);
+            }
+            worst
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops the thread and returns its worst lateness.
+    pub fn stop(self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// How long the threads of process `pid` have waited on a run queue, runnable but not running,
+/// since they started (the second field of `/proc/<pid>/task/<tid>/schedstat`, summed).
+pub fn run_queue_wait(pid: u32) -> Duration {
+    let mut nanos = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let Ok(stat) = std::fs::read_to_string(task.unwrap().path().join("schedstat")) else {
+            continue; // a thread that ended meanwhile
+        };
+        nanos += stat
+            .split_whitespace()
+            .nth(1)
+            .and_then(|field| field.parse::<u64>().ok())
+            .unwrap();
+    }
+    Duration::from_nanos(nanos)
+}
