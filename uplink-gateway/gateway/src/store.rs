@@ -399,14 +399,31 @@ enum Handle {
 /// series' ids from the store once, as without the cache.
 const SERIES_ID_CACHE_MAX: usize = 1 << 18;
 
+/// Most series whose last chunk [`Store`] keeps in memory between transactions: at most 2 KiB of
+/// samples each (32 MiB in all), the series a gateway appends to in a few minutes. Beyond it the
+/// cache starts again empty after each commit: each transaction then reads the last chunk of
+/// each series it touches once, as without the cache.
+const HEAD_CACHE_MAX: usize = 1 << 14;
+
+/// What the writer keeps in memory between transactions, all of it as last committed.
+#[derive(Default)]
+struct WriterCache {
+    /// Ids of committed series, by canonical key (a series, once created, never changes id nor
+    /// goes away, so the cache is never stale). Given back with what a transaction created when
+    /// it commits.
+    series_ids: foldhash::HashMap<String, u64>,
+    /// The last stored chunk of series, by id, as its last commit wrote it (one writer, so
+    /// nothing else changes it). A transaction takes those it touches and gives back their last
+    /// chunk when it commits; one that fails gives back none.
+    heads: foldhash::HashMap<u64, Chunk>,
+}
+
 /// The store.
 pub struct Store {
     db: Handle,
     config: StoreConfig,
-    /// Ids of committed series, by canonical key (the writer's only; a series, once created,
-    /// never changes id nor goes away, so the cache is never stale). Taken by each write
-    /// transaction and given back with what it created when it commits.
-    series_ids: std::sync::Mutex<foldhash::HashMap<String, u64>>,
+    /// The writer's (empty for a read-only handle), taken by each write transaction.
+    cache: std::sync::Mutex<WriterCache>,
 }
 
 impl Store {
@@ -437,7 +454,7 @@ impl Store {
         let store = Self {
             db: Handle::Writer(db),
             config: config.clone(),
-            series_ids: std::sync::Mutex::default(),
+            cache: std::sync::Mutex::default(),
         };
         // Create every table up front so readers never meet a missing one.
         store.write(|_| Ok(()))?;
@@ -463,7 +480,7 @@ impl Store {
         Ok(Self {
             db: Handle::Reader(db),
             config,
-            series_ids: std::sync::Mutex::default(),
+            cache: std::sync::Mutex::default(),
         })
     }
 
@@ -484,22 +501,24 @@ impl Store {
         };
         // One writer at a time holds the cache (redb serializes write transactions anyway). A
         // transaction that panicked left the ids it created in it: start again empty.
-        let mut cache = self.series_ids.lock().unwrap_or_else(|poisoned| {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| {
             let mut cache = poisoned.into_inner();
-            cache.clear();
-            self.series_ids.clear_poison();
+            *cache = WriterCache::default();
+            self.cache.clear_poison();
             cache
         });
+        let WriterCache { series_ids, heads } = &mut *cache;
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
         let mut created = Vec::new();
-        let result: Result<R, StoreError> = (|| {
+        let result: Result<(R, ChunksTouched), StoreError> = (|| {
             let mut writer = Writer {
                 series: txn.open_table(SERIES)?,
                 series_by_id: txn.open_table(SERIES_BY_ID)?,
                 live_series: txn.open_table(LIVE_SERIES)?,
                 samples: txn.open_table(SAMPLE_CHUNKS)?,
                 chunks: foldhash::HashMap::default(),
+                heads,
                 spare: Vec::new(),
                 encoded: Vec::new(),
                 dedup: txn.open_table(DEDUP)?,
@@ -508,7 +527,7 @@ impl Store {
                 outbox: txn.open_table(OUTBOX)?,
                 meta: txn.open_table(META)?,
                 config: &self.config,
-                series_ids: &mut cache,
+                series_ids,
                 created: &mut created,
                 live: foldhash::HashMap::default(),
                 live_machines: Vec::new(),
@@ -516,21 +535,36 @@ impl Store {
             let result = f(&mut writer)?;
             writer.flush_live()?;
             writer.flush_chunks()?;
-            Ok(result)
+            Ok((result, std::mem::take(&mut writer.chunks)))
         })();
         let committed = result.and_then(|result| {
             txn.commit()?;
             Ok(result)
         });
-        if committed.is_err() {
-            // Ids created by a transaction that did not commit do not exist.
-            for key in &created {
-                cache.remove(key);
+        let WriterCache { series_ids, heads } = &mut *cache;
+        match committed {
+            Err(error) => {
+                // Ids created by a transaction that did not commit do not exist.
+                for key in &created {
+                    series_ids.remove(key);
+                }
+                Err(error)
             }
-        } else if cache.len() > SERIES_ID_CACHE_MAX {
-            cache.clear();
+            Ok((result, touched)) => {
+                if series_ids.len() > SERIES_ID_CACHE_MAX {
+                    series_ids.clear();
+                }
+                for (id, series) in touched {
+                    if let Some(head) = series.into_head() {
+                        heads.insert(id, head);
+                    }
+                }
+                if heads.len() > HEAD_CACHE_MAX {
+                    heads.clear();
+                }
+                Ok(result)
+            }
         }
-        committed
     }
 
     /// Raw samples of every series of `metric` with `from_ms <= ts <= to_ms`, series sorted by key.
@@ -884,8 +918,34 @@ struct SeriesChunks {
 }
 
 type ChunkTable<'txn> = Table<'txn, (u64, i64), &'static [u8]>;
+type ChunksTouched = foldhash::HashMap<u64, SeriesChunks>;
+
+/// The chunks of series `id` in this transaction: at its first touch, its last chunk from the
+/// store's cache when there.
+fn series_chunks<'a>(
+    chunks: &'a mut foldhash::HashMap<u64, SeriesChunks>,
+    heads: &mut foldhash::HashMap<u64, Chunk>,
+    id: u64,
+) -> &'a mut SeriesChunks {
+    chunks.entry(id).or_insert_with(|| match heads.remove(&id) {
+        Some(head) => SeriesChunks {
+            chunks: vec![head],
+            head_known: true,
+        },
+        None => SeriesChunks::default(),
+    })
+}
 
 impl SeriesChunks {
+    /// The series' last chunk as the store holds it once this transaction's changes are written
+    /// back; `None` when that is not known.
+    fn into_head(mut self) -> Option<Chunk> {
+        if !self.head_known {
+            return None;
+        }
+        self.chunks.pop()?.into_stored_last()
+    }
+
     /// Loads the stored chunk `key` into `chunks` at `at`; returns `at`.
     fn load(
         &mut self,
@@ -1025,6 +1085,9 @@ pub struct Writer<'txn> {
     /// Chunks of samples loaded or created in this transaction, by series id; the changed ones
     /// are written back before it commits.
     chunks: foldhash::HashMap<u64, SeriesChunks>,
+    /// The store's cached last chunks (see [`WriterCache::heads`]); a series' is taken into
+    /// `chunks` when the transaction first touches it.
+    heads: &'txn mut foldhash::HashMap<u64, Chunk>,
     /// Sample buffers to reuse for chunks loaded.
     spare: Vec<Vec<(i64, f64)>>,
     /// The encoding of the chunk being written back.
@@ -1082,7 +1145,7 @@ impl Writer<'_> {
 
     /// The value stored at (series, timestamp).
     pub fn sample(&mut self, id: u64, ts_ms: i64) -> Result<Option<f64>, StoreError> {
-        let series = self.chunks.entry(id).or_default();
+        let series = series_chunks(&mut self.chunks, self.heads, id);
         let at = series.covering(&self.samples, id, ts_ms, &mut self.spare)?;
         Ok(at.and_then(|at| series.chunks[at].get(ts_ms)))
     }
@@ -1097,7 +1160,7 @@ impl Writer<'_> {
         if from_ms >= to_ms {
             return Ok(None);
         }
-        let series = self.chunks.entry(id).or_default();
+        let series = series_chunks(&mut self.chunks, self.heads, id);
         let mut at = match series.covering(&self.samples, id, from_ms, &mut self.spare)? {
             Some(at) => Some(at),
             None => series.first(&self.samples, id, &mut self.spare)?,
@@ -1118,7 +1181,7 @@ impl Writer<'_> {
 
     /// The latest sample of a series, `None` when it has none.
     pub fn last_sample(&mut self, id: u64) -> Result<Option<(i64, f64)>, StoreError> {
-        let series = self.chunks.entry(id).or_default();
+        let series = series_chunks(&mut self.chunks, self.heads, id);
         series.touch(&self.samples, id, &mut self.spare)?;
         let mut at = series.chunks.len().checked_sub(1);
         while let Some(i) = at {
@@ -1133,7 +1196,7 @@ impl Writer<'_> {
     /// Stores a sample unless the series holds one at that time: [`Upsert::New`], or
     /// [`Upsert::Identical`] (a no-op), or [`Upsert::Conflict`] (the stored value is kept).
     pub fn put_sample(&mut self, id: u64, ts_ms: i64, value: f64) -> Result<Upsert, StoreError> {
-        let series = self.chunks.entry(id).or_default();
+        let series = series_chunks(&mut self.chunks, self.heads, id);
         let spare = &mut self.spare;
         let at = match series.covering(&self.samples, id, ts_ms, spare)? {
             // After the last sample of a full chunk: a new one starts there.
@@ -1160,7 +1223,7 @@ impl Writer<'_> {
     /// Removes a sample written in this transaction (an event refused after part of it was
     /// written).
     pub fn remove_sample(&mut self, id: u64, ts_ms: i64) -> Result<(), StoreError> {
-        let series = self.chunks.entry(id).or_default();
+        let series = series_chunks(&mut self.chunks, self.heads, id);
         if let Some(at) = series.covering(&self.samples, id, ts_ms, &mut self.spare)? {
             series.chunks[at].remove(ts_ms);
         }
@@ -1170,7 +1233,13 @@ impl Writer<'_> {
     /// Writes back the chunks changed in this transaction, each under its first sample's time
     /// (split when it grew too large, removed when emptied).
     fn flush_chunks(&mut self) -> Result<(), StoreError> {
-        for (&id, series) in &self.chunks {
+        // In key order: neighbouring writes land in the same B-tree pages.
+        let mut ids: Vec<u64> = self.chunks.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(series) = self.chunks.get(&id) else {
+                continue;
+            };
             for chunk in series.chunks.iter().filter(|chunk| chunk.dirty) {
                 let first = chunk.samples.first().map(|s| s.0);
                 if chunk.stored && first != Some(chunk.key) {
@@ -1717,6 +1786,9 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+        // Reopened: the writer's cache of last chunks starts from the file.
+        drop(store);
+        let store = Store::open_path(&dir.path().join("store.redb")).unwrap();
         let error = store.query("a", 0, 10).unwrap_err();
         assert!(matches!(
             error,

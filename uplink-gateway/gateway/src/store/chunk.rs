@@ -198,6 +198,25 @@ impl Chunk {
         self.samples.len() >= MAX_SAMPLES && self.samples.last().is_some_and(|s| s.0 < ts)
     }
 
+    /// The last of [`Chunk::parts`] as the store holds it once written back; `None` when empty.
+    pub fn into_stored_last(mut self) -> Option<Chunk> {
+        let last = self.parts().last()?.len();
+        let at = self.samples.len() - last;
+        let samples = if at == 0 {
+            self.samples
+        } else {
+            self.samples.split_off(at)
+        };
+        let key = samples.first()?.0;
+        Some(Self {
+            key,
+            low: key,
+            stored: true,
+            dirty: false,
+            samples,
+        })
+    }
+
     /// The runs to store for this chunk: even parts of at most [`MAX_SAMPLES`] (none when it is
     /// empty). Each is stored under its first sample's timestamp.
     pub fn parts(&self) -> impl Iterator<Item = &[(i64, f64)]> {
