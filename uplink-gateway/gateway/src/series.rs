@@ -389,14 +389,26 @@ impl Builder<'_> {
         labels: &[(&str, Option<&str>)],
         value: f64,
     ) {
-        let mut all = Vec::with_capacity(labels.len() + 1);
-        all.push(entry);
-        all.extend_from_slice(labels);
+        // Once per entry: the labels are gathered on the stack.
+        let mut stack = [("", None); 8];
+        let mut heap = Vec::new();
+        let all = match stack.get_mut(..labels.len() + 1) {
+            Some(all) => {
+                all[0] = entry;
+                all[1..].copy_from_slice(labels);
+                &*all
+            }
+            None => {
+                heap.push(entry);
+                heap.extend_from_slice(labels);
+                heap.as_slice()
+            }
+        };
         match entry.1 {
-            Some(_) => self.push(metric, &all, value),
+            Some(_) => self.push(metric, all, value),
             None => self
                 .refused_entries
-                .push(key_or_unknown(self.base, metric, &all)),
+                .push(key_or_unknown(self.base, metric, all)),
         }
     }
 }
@@ -415,6 +427,13 @@ enum Origin {
 /// The metric name of a series key and the rest of it (its labels).
 fn split_key(key: &str) -> (&str, &str) {
     key.split_at(key.find('{').unwrap_or(key.len()))
+}
+
+/// The labels of a series key (`{…}`) when its metric is `metric`: [`split_key`] for one
+/// metric, without searching the key (it runs for every pair of an event's values).
+fn key_labels<'k>(key: &'k str, metric: &str) -> Option<&'k str> {
+    key.strip_prefix(metric)
+        .filter(|rest| rest.starts_with('{'))
 }
 
 /// Normalizes one event of a batch arriving at `arrival_ns`: its samples, or its refusal.
@@ -654,13 +673,13 @@ pub fn normalize_event(
         for total in b
             .values
             .iter()
-            .filter(|s| split_key(&s.series).0 == total_metric)
+            .filter(|s| key_labels(&s.series, total_metric).is_some())
         {
-            let labels = split_key(&total.series).1;
+            let labels = key_labels(&total.series, total_metric);
             let part = b
                 .values
                 .iter()
-                .find(|s| split_key(&s.series) == (part_metric, labels));
+                .find(|s| key_labels(&s.series, part_metric) == labels);
             if let Some(part) = part
                 && part.value > total.value
             {
@@ -730,6 +749,18 @@ mod tests {
     };
 
     const ARRIVAL: i64 = 1_800_000_000_000_000_000;
+
+    #[test]
+    fn the_labels_of_a_key_for_its_metric_are_what_splitting_the_key_gives() {
+        for key in ["a{x=\"1\"}", "ab{}", "a{b=\"{\"}", "abc{x=\"a{\"}"] {
+            let (metric, labels) = split_key(key);
+            assert_eq!(key_labels(key, metric), Some(labels), "{key}");
+            for other in ["a", "ab", "b", "abc", ""] {
+                let expected = (other == metric).then_some(labels);
+                assert_eq!(key_labels(key, other), expected, "{key} as {other}");
+            }
+        }
+    }
 
     fn batch() -> Batch {
         Batch {
