@@ -575,7 +575,7 @@ struct BatchContext<'b, 'w, 'txn> {
     /// Newest sane event time (ms) of the batch's new events.
     newest_event_ms: Option<i64>,
     /// Per (model, model version) of the events stored, their oldest and newest event time (ms).
-    model_versions: BTreeMap<(String, String), (i64, i64)>,
+    model_versions: BTreeMap<(&'b str, &'b str), (i64, i64)>,
     /// Per value of the event being admitted: its series' live state before it, its series id
     /// (before and after the event), and the (series id, time) of the samples it newly wrote.
     /// Reused from event to event.
@@ -592,7 +592,7 @@ struct Scratch {
     written: Vec<(u64, i64)>,
 }
 
-impl BatchContext<'_, '_, '_> {
+impl<'b> BatchContext<'b, '_, '_> {
     /// Refuses one event: counted, dead-lettered (unless `dead_letter` is false), and each
     /// sample it would have written noted for the refusal series.
     fn refuse(
@@ -633,7 +633,7 @@ impl BatchContext<'_, '_, '_> {
 
     /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
     /// the series budget, a conflict).
-    fn admit(&mut self, event: &Event, samples: EventSamples) -> Result<(), StoreError> {
+    fn admit(&mut self, event: &Event, samples: EventSamples<'b>) -> Result<(), StoreError> {
         let EventSamples {
             values,
             baseline,
