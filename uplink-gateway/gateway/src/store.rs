@@ -399,7 +399,7 @@ enum Handle {
 /// series' ids from the store once, as without the cache.
 const SERIES_ID_CACHE_MAX: usize = 1 << 18;
 
-/// Most series whose last chunk [`Store`] keeps in memory between transactions: at most 2 KiB of
+/// Most series whose last chunk [`Store`] keeps in memory between transactions: about 2 KiB of
 /// samples each (32 MiB in all), the series a gateway appends to in a few minutes. Beyond it the
 /// cache starts again empty after each commit: each transaction then reads the last chunk of
 /// each series it touches once, as without the cache.
