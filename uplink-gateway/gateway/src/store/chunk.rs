@@ -304,7 +304,7 @@ mod tests {
         assert!(
             sizes
                 .iter()
-                .all(|&n| n <= MAX_SAMPLES && n >= MAX_SAMPLES * 2 / 3)
+                .all(|&n| (MAX_SAMPLES * 2 / 3..=MAX_SAMPLES).contains(&n))
         );
         chunk.samples.clear();
         assert_eq!(chunk.parts().count(), 0);
