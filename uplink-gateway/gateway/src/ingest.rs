@@ -575,9 +575,10 @@ struct BatchContext<'b, 'w, 'txn> {
     /// Newest sane event time (ms) of the batch's new events.
     newest_event_ms: Option<i64>,
     /// Per (model, model version) of the events stored, their oldest and newest event time (ms).
-    model_versions: BTreeMap<(String, String), (i64, i64)>,
-    /// Per value of the event being admitted: its series' live state before it, its series id,
-    /// and the (series id, time) of the samples it newly wrote. Reused from event to event.
+    model_versions: BTreeMap<(&'b str, &'b str), (i64, i64)>,
+    /// Per value of the event being admitted: its series' live state before it, its series id
+    /// (before and after the event), and the (series id, time) of the samples it newly wrote.
+    /// Reused from event to event.
     scratch: Scratch,
 }
 
@@ -585,11 +586,13 @@ struct BatchContext<'b, 'w, 'txn> {
 #[derive(Default)]
 struct Scratch {
     lives: Vec<Option<LiveSeries>>,
+    /// Ids of the series that existed before the event (looked up once).
+    known: Vec<Option<u64>>,
     ids: Vec<u64>,
     written: Vec<(u64, i64)>,
 }
 
-impl BatchContext<'_, '_, '_> {
+impl<'b> BatchContext<'b, '_, '_> {
     /// Refuses one event: counted, dead-lettered (unless `dead_letter` is false), and each
     /// sample it would have written noted for the refusal series.
     fn refuse(
@@ -630,7 +633,7 @@ impl BatchContext<'_, '_, '_> {
 
     /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
     /// the series budget, a conflict).
-    fn admit(&mut self, event: &Event, samples: EventSamples) -> Result<(), StoreError> {
+    fn admit(&mut self, event: &Event, samples: EventSamples<'b>) -> Result<(), StoreError> {
         let EventSamples {
             values,
             baseline,
@@ -653,18 +656,22 @@ impl BatchContext<'_, '_, '_> {
         // A refused event leaves the buffers to be allocated again: a rare path.
         let Scratch {
             mut lives,
+            mut known,
             mut ids,
             mut written,
         } = std::mem::take(&mut self.scratch);
         lives.clear();
+        known.clear();
         ids.clear();
         written.clear();
         for v in &values {
-            let live = match self.writer.series_id(&v.series)? {
+            let id = self.writer.series_id(&v.series)?;
+            let live = match id {
                 Some(id) => self.writer.live(machine, id)?,
                 None => None,
             };
             lives.push(live);
+            known.push(id);
         }
 
         // Within one run (one start time) a counter never goes down.
@@ -718,8 +725,11 @@ impl BatchContext<'_, '_, '_> {
 
         // The values; another value at one of the event's (series, time) refuses the event and
         // takes back what it wrote (the stored history stays as it was).
-        for v in &values {
-            let id = self.writer.series_id_or_create(&v.series)?;
+        for (v, id) in values.iter().zip(&known) {
+            let id = match *id {
+                Some(id) => id,
+                None => self.writer.series_id_or_create(&v.series)?,
+            };
             match self.writer.put_sample(id, v.ts_ms, v.value)? {
                 Upsert::New => written.push((id, v.ts_ms)),
                 Upsert::Identical => {}
@@ -771,6 +781,7 @@ impl BatchContext<'_, '_, '_> {
         let Some(b) = baseline else {
             self.scratch = Scratch {
                 lives,
+                known,
                 ids,
                 written,
             };
@@ -802,6 +813,7 @@ impl BatchContext<'_, '_, '_> {
         }
         self.scratch = Scratch {
             lives,
+            known,
             ids,
             written,
         };

@@ -48,21 +48,21 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// What normalization makes of one event.
+/// What normalization makes of one event (borrowing from it).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Normalized {
+pub enum Normalized<'e> {
     /// Not a counter event: it writes no series.
     NotCounter,
     /// A counter event that passed every check of its own; its samples are admitted together
     /// or not at all.
-    Counted(EventSamples),
+    Counted(EventSamples<'e>),
     /// A counter event refused whole.
     Refused(Refusal),
 }
 
 /// The samples of one counter event.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EventSamples {
+pub struct EventSamples<'e> {
     /// The counter values, at the event time.
     pub values: Vec<Sample>,
     /// Where each value's counter stood before the event (one for all: an event's counters
@@ -76,7 +76,7 @@ pub struct EventSamples {
     /// The `model` and `model_version` label values of an event about a model (`unknown` for
     /// one that names none), for the machine's model-version event times; `None` for events
     /// about no model (queue losses, health reports).
-    pub model: Option<(String, String)>,
+    pub model: Option<(&'e str, &'e str)>,
 }
 
 /// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
@@ -389,14 +389,26 @@ impl Builder<'_> {
         labels: &[(&str, Option<&str>)],
         value: f64,
     ) {
-        let mut all = Vec::with_capacity(labels.len() + 1);
-        all.push(entry);
-        all.extend_from_slice(labels);
+        // Once per entry: the labels are gathered on the stack.
+        let mut stack = [("", None); 8];
+        let mut heap = Vec::new();
+        let all = match stack.get_mut(..labels.len() + 1) {
+            Some(all) => {
+                all[0] = entry;
+                all[1..].copy_from_slice(labels);
+                &*all
+            }
+            None => {
+                heap.push(entry);
+                heap.extend_from_slice(labels);
+                heap.as_slice()
+            }
+        };
         match entry.1 {
-            Some(_) => self.push(metric, &all, value),
+            Some(_) => self.push(metric, all, value),
             None => self
                 .refused_entries
-                .push(key_or_unknown(self.base, metric, &all)),
+                .push(key_or_unknown(self.base, metric, all)),
         }
     }
 }
@@ -417,13 +429,20 @@ fn split_key(key: &str) -> (&str, &str) {
     key.split_at(key.find('{').unwrap_or(key.len()))
 }
 
+/// The labels of a series key (`{…}`) when its metric is `metric`: [`split_key`] for one
+/// metric, without searching the key (it runs for every pair of an event's values).
+fn key_labels<'k>(key: &'k str, metric: &str) -> Option<&'k str> {
+    key.strip_prefix(metric)
+        .filter(|rest| rest.starts_with('{'))
+}
+
 /// Normalizes one event of a batch arriving at `arrival_ns`: its samples, or its refusal.
-pub fn normalize_event(
+pub fn normalize_event<'e>(
     base: &BaseLabels<'_>,
-    event: &v1::Event,
+    event: &'e v1::Event,
     arrival_ns: i64,
     max_future_skew_ns: i64,
-) -> Normalized {
+) -> Normalized<'e> {
     let Some(kind) = &event.kind else {
         return Normalized::NotCounter;
     };
@@ -654,13 +673,13 @@ pub fn normalize_event(
         for total in b
             .values
             .iter()
-            .filter(|s| split_key(&s.series).0 == total_metric)
+            .filter(|s| key_labels(&s.series, total_metric).is_some())
         {
-            let labels = split_key(&total.series).1;
+            let labels = key_labels(&total.series, total_metric);
             let part = b
                 .values
                 .iter()
-                .find(|s| split_key(&s.series) == (part_metric, labels));
+                .find(|s| key_labels(&s.series, part_metric) == labels);
             if let Some(part) = part
                 && part.value > total.value
             {
@@ -709,8 +728,8 @@ pub fn normalize_event(
     // Every label of an event that reached here is valid (a bad one refused it above).
     samples.model = about.map(|(model, version)| {
         (
-            model.unwrap_or(value::UNKNOWN).to_owned(),
-            version.unwrap_or(value::UNKNOWN).to_owned(),
+            model.unwrap_or(value::UNKNOWN),
+            version.unwrap_or(value::UNKNOWN),
         )
     });
     Normalized::Counted(samples)
@@ -730,6 +749,18 @@ mod tests {
     };
 
     const ARRIVAL: i64 = 1_800_000_000_000_000_000;
+
+    #[test]
+    fn the_labels_of_a_key_for_its_metric_are_what_splitting_the_key_gives() {
+        for key in ["a{x=\"1\"}", "ab{}", "a{b=\"{\"}", "abc{x=\"a{\"}"] {
+            let (metric, labels) = split_key(key);
+            assert_eq!(key_labels(key, metric), Some(labels), "{key}");
+            for other in ["a", "ab", "b", "abc", ""] {
+                let expected = (other == metric).then_some(labels);
+                assert_eq!(key_labels(key, other), expected, "{key} as {other}");
+            }
+        }
+    }
 
     fn batch() -> Batch {
         Batch {
@@ -770,7 +801,7 @@ mod tests {
         }
     }
 
-    fn counted(event: &Event, arrival: i64, skew: i64) -> EventSamples {
+    fn counted(event: &Event, arrival: i64, skew: i64) -> EventSamples<'_> {
         let batch = batch();
         match normalize_event(&BaseLabels::of(&batch).unwrap(), event, arrival, skew) {
             Normalized::Counted(samples) => samples,
@@ -798,7 +829,8 @@ mod tests {
     fn deadline_counters_of_an_agent_before_deadlines_become_their_old_series_and_its_activations()
     {
         let time = ARRIVAL - 1_500_000_000;
-        let samples = counted(&counters(time, "planner"), ARRIVAL, 0);
+        let event = counters(time, "planner");
+        let samples = counted(&event, ARRIVAL, 0);
         let out = &samples.values;
         assert_eq!(out.len(), 4);
         assert_eq!(
@@ -833,7 +865,7 @@ mod tests {
         event
     }
 
-    fn metrics_of(samples: &EventSamples) -> Vec<(&str, f64)> {
+    fn metrics_of<'a>(samples: &'a EventSamples<'_>) -> Vec<(&'a str, f64)> {
         samples
             .values
             .iter()
@@ -1089,7 +1121,8 @@ mod tests {
             mode: 1,
             seconds: 3600.0,
         };
-        let ok = counted(&event(vec![autonomous]), ARRIVAL, 0);
+        let one = event(vec![autonomous]);
+        let ok = counted(&one, ARRIVAL, 0);
         assert!(ok.values[0].series.contains("mode=\"autonomous\""));
         assert!(ok.values[0].series.contains("model=\"unknown\""));
         let unknown_mode = ModeSeconds {
@@ -1101,7 +1134,8 @@ mod tests {
             seconds: f64::NAN,
         };
         // A mode this gateway does not know (a later agent's) costs that entry, not the others.
-        let partial = counted(&event(vec![autonomous, unknown_mode]), ARRIVAL, 0);
+        let two = event(vec![autonomous, unknown_mode]);
+        let partial = counted(&two, ARRIVAL, 0);
         assert_eq!(partial.values.len(), 1);
         assert_eq!(partial.refused_entries.len(), 1);
         assert!(partial.refused_entries[0].contains("mode=\"unknown\""));
@@ -1128,7 +1162,8 @@ mod tests {
             })),
         };
         for cause in [v1::LossCause::Quarantined, v1::LossCause::Evicted] {
-            let samples = counted(&loss(cause, 11, 30), ARRIVAL, 0);
+            let event = loss(cause, 11, 30);
+            let samples = counted(&event, ARRIVAL, 0);
             assert_eq!(samples.values.len(), 1);
             assert_eq!(samples.values[0].value, 30.0);
             assert_eq!(
@@ -1205,18 +1240,16 @@ mod tests {
 
     #[test]
     fn an_event_about_a_model_names_its_model_and_version() {
-        let samples = counted(&counters(ARRIVAL, "planner"), ARRIVAL, 0);
-        assert_eq!(
-            samples.model,
-            Some(("haul-perception".to_owned(), "4.2.1".to_owned()))
-        );
+        let event = counters(ARRIVAL, "planner");
+        let samples = counted(&event, ARRIVAL, 0);
+        assert_eq!(samples.model, Some(("haul-perception", "4.2.1")));
         let mut anonymous = counters(ARRIVAL, "planner");
         if let Some(event::Kind::DeadlineCounters(c)) = &mut anonymous.kind {
             c.model = None;
         }
         assert_eq!(
             counted(&anonymous, ARRIVAL, 0).model,
-            Some(("unknown".to_owned(), "unknown".to_owned()))
+            Some(("unknown", "unknown"))
         );
     }
 

@@ -7,6 +7,10 @@
 //!   `Durability::Immediate` before any of those messages is acknowledged to the broker.
 //! - Samples are idempotent on (series, timestamp): writing an identical value is a no-op; a
 //!   different value at an existing (series, timestamp) is refused and counted, never overwritten.
+//! - A series' samples are stored in chunks (see [`chunk`]): a transaction loads the chunks it
+//!   touches (first the series' last one, where appends land), edits them in memory and writes
+//!   each changed one back before it commits, so the chunks a reader sees are those of the last
+//!   commit. A group costs a B-tree write per series it touches, not per sample.
 //! - A series is *live* for its machine from its admission until it retires; retiring removes it
 //!   from `live_series` only (its samples stay), and a retired series written again is admitted
 //!   again like a new one. Admission and retirement are the ingest path's decisions; the store
@@ -17,13 +21,15 @@
 //!   transaction created are forgotten with it when it does not commit.
 //! - One gateway instance writes a store (redb `SingleWriter` mode); other processes (`report`,
 //!   `export-focus`) may open it read-only at the same time and see its commits.
+//! - A store of the format before chunks (samples one per entry, table `samples`) is migrated
+//!   when the writer opens it, in one transaction; until then read-only openers read that table.
 //!
 //! Tables:
 //! ```text
 //! series          &str  canonical key          -> u64 series id
 //! series_by_id    u64   series id              -> &str canonical key
 //! live_series     (&str machine, u64 series id) -> LiveSeries (32 bytes)
-//! samples         (u64 series id, i64 ts ms)   -> f64 value
+//! sample_chunks   (u64 series id, i64 first ts ms) -> chunk of up to 128 (ts ms, value), see chunk.rs
 //! dedup           &[u8] machine\0 tier epoch   -> SeqRanges encoding (see dedup.rs)
 //! machines        &str  machine id             -> MachineState (96 bytes; 56 before the fleet series, 40 before series lifecycle)
 //! dead_letters    u64   id (arrival order)     -> DeadLetter encoding
@@ -31,12 +37,17 @@
 //! meta            &str  name                   -> u64 (id counters, dropped dead letters)
 //! ```
 
+mod chunk;
+
 use std::path::Path;
 
 use redb::{
-    ConcurrencyMode, Database, Durability, ReadOnlyDatabase, ReadTransaction, ReadableDatabase,
-    ReadableTable, ReadableTableMetadata, Table, TableDefinition,
+    ConcurrencyMode, Database, Durability, ReadOnlyDatabase, ReadOnlyTable, ReadTransaction,
+    ReadableDatabase, ReadableTable, ReadableTableMetadata, Table, TableDefinition, TableError,
+    TableHandle,
 };
+
+use self::chunk::Chunk;
 
 use crate::config::StoreConfig;
 use crate::dedup::SeqRanges;
@@ -44,7 +55,10 @@ use crate::dedup::SeqRanges;
 const SERIES: TableDefinition<&str, u64> = TableDefinition::new("series");
 const SERIES_BY_ID: TableDefinition<u64, &str> = TableDefinition::new("series_by_id");
 const LIVE_SERIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("live_series");
-const SAMPLES: TableDefinition<(u64, i64), f64> = TableDefinition::new("samples");
+const SAMPLE_CHUNKS: TableDefinition<(u64, i64), &[u8]> = TableDefinition::new("sample_chunks");
+/// Samples of the format before chunks, one entry per sample; migrated to `sample_chunks` when
+/// the writer opens the store.
+const SAMPLES_BEFORE_CHUNKS: TableDefinition<(u64, i64), f64> = TableDefinition::new("samples");
 const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
@@ -72,6 +86,14 @@ pub enum StoreError {
     /// A write was attempted through a read-only handle.
     #[error("the store was opened read-only")]
     ReadOnly,
+    /// A stored chunk of samples could not be read; the transaction (or read) stopped there.
+    #[error("the sample chunk of series {series} at {key} ms is corrupt")]
+    CorruptChunk {
+        /// Series id.
+        series: u64,
+        /// The chunk's key (its first timestamp, ms).
+        key: i64,
+    },
 }
 
 impl From<redb::TransactionError> for StoreError {
@@ -377,14 +399,31 @@ enum Handle {
 /// series' ids from the store once, as without the cache.
 const SERIES_ID_CACHE_MAX: usize = 1 << 18;
 
+/// Most series whose last chunk [`Store`] keeps in memory between transactions: about 2 KiB of
+/// samples each (32 MiB in all), the series a gateway appends to in a few minutes. Beyond it the
+/// cache starts again empty after each commit: each transaction then reads the last chunk of
+/// each series it touches once, as without the cache.
+const HEAD_CACHE_MAX: usize = 1 << 14;
+
+/// What the writer keeps in memory between transactions, all of it as last committed.
+#[derive(Default)]
+struct WriterCache {
+    /// Ids of committed series, by canonical key (a series, once created, never changes id nor
+    /// goes away, so the cache is never stale). Given back with what a transaction created when
+    /// it commits.
+    series_ids: foldhash::HashMap<String, u64>,
+    /// The last stored chunk of series, by id, as its last commit wrote it (one writer, so
+    /// nothing else changes it). A transaction takes those it touches and gives back their last
+    /// chunk when it commits; one that fails gives back none.
+    heads: foldhash::HashMap<u64, Chunk>,
+}
+
 /// The store.
 pub struct Store {
     db: Handle,
     config: StoreConfig,
-    /// Ids of committed series, by canonical key (the writer's only; a series, once created,
-    /// never changes id nor goes away, so the cache is never stale). Taken by each write
-    /// transaction and given back with what it created when it commits.
-    series_ids: std::sync::Mutex<foldhash::HashMap<String, u64>>,
+    /// The writer's (empty for a read-only handle), taken by each write transaction.
+    cache: std::sync::Mutex<WriterCache>,
 }
 
 impl Store {
@@ -404,10 +443,18 @@ impl Store {
             .set_concurrency_mode(ConcurrencyMode::SingleWriter)
             .create(&config.path)
             .map_err(open_error)?;
+        let migrated = migrate_samples(&db)?;
+        if migrated > 0 {
+            tracing::info!(
+                path = %config.path.display(),
+                samples = migrated,
+                "Samples of the format before chunks were moved into chunks."
+            );
+        }
         let store = Self {
             db: Handle::Writer(db),
             config: config.clone(),
-            series_ids: std::sync::Mutex::default(),
+            cache: std::sync::Mutex::default(),
         };
         // Create every table up front so readers never meet a missing one.
         store.write(|_| Ok(()))?;
@@ -433,7 +480,7 @@ impl Store {
         Ok(Self {
             db: Handle::Reader(db),
             config,
-            series_ids: std::sync::Mutex::default(),
+            cache: std::sync::Mutex::default(),
         })
     }
 
@@ -454,49 +501,70 @@ impl Store {
         };
         // One writer at a time holds the cache (redb serializes write transactions anyway). A
         // transaction that panicked left the ids it created in it: start again empty.
-        let mut cache = self.series_ids.lock().unwrap_or_else(|poisoned| {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| {
             let mut cache = poisoned.into_inner();
-            cache.clear();
-            self.series_ids.clear_poison();
+            *cache = WriterCache::default();
+            self.cache.clear_poison();
             cache
         });
+        let WriterCache { series_ids, heads } = &mut *cache;
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
         let mut created = Vec::new();
-        let result: Result<R, StoreError> = (|| {
+        let result: Result<(R, ChunksTouched), StoreError> = (|| {
             let mut writer = Writer {
                 series: txn.open_table(SERIES)?,
                 series_by_id: txn.open_table(SERIES_BY_ID)?,
                 live_series: txn.open_table(LIVE_SERIES)?,
-                samples: txn.open_table(SAMPLES)?,
+                samples: txn.open_table(SAMPLE_CHUNKS)?,
+                chunks: foldhash::HashMap::default(),
+                heads,
+                spare: Vec::new(),
+                encoded: Vec::new(),
                 dedup: txn.open_table(DEDUP)?,
                 machines: txn.open_table(MACHINES)?,
                 dead_letters: txn.open_table(DEAD_LETTERS)?,
                 outbox: txn.open_table(OUTBOX)?,
                 meta: txn.open_table(META)?,
                 config: &self.config,
-                series_ids: &mut cache,
+                series_ids,
                 created: &mut created,
                 live: foldhash::HashMap::default(),
                 live_machines: Vec::new(),
             };
             let result = f(&mut writer)?;
             writer.flush_live()?;
-            Ok(result)
+            writer.flush_chunks()?;
+            Ok((result, std::mem::take(&mut writer.chunks)))
         })();
         let committed = result.and_then(|result| {
             txn.commit()?;
             Ok(result)
         });
-        if committed.is_err() {
-            // Ids created by a transaction that did not commit do not exist.
-            for key in &created {
-                cache.remove(key);
+        let WriterCache { series_ids, heads } = &mut *cache;
+        match committed {
+            Err(error) => {
+                // Ids created by a transaction that did not commit do not exist.
+                for key in &created {
+                    series_ids.remove(key);
+                }
+                Err(error)
             }
-        } else if cache.len() > SERIES_ID_CACHE_MAX {
-            cache.clear();
+            Ok((result, touched)) => {
+                if series_ids.len() > SERIES_ID_CACHE_MAX {
+                    series_ids.clear();
+                }
+                for (id, series) in touched {
+                    if let Some(head) = series.into_head() {
+                        heads.insert(id, head);
+                    }
+                }
+                if heads.len() > HEAD_CACHE_MAX {
+                    heads.clear();
+                }
+                Ok(result)
+            }
         }
-        committed
     }
 
     /// Raw samples of every series of `metric` with `from_ms <= ts <= to_ms`, series sorted by key.
@@ -545,7 +613,7 @@ impl Store {
         }
         let txn = self.begin_read()?;
         let series = txn.open_table(SERIES)?;
-        let samples = txn.open_table(SAMPLES)?;
+        let samples = Samples::open(&txn)?;
         let low = format!("{metric}{{");
         let high = format!("{metric}|");
         let mut out = Vec::new();
@@ -563,21 +631,7 @@ impl Store {
                 continue;
             }
             let mut points = Vec::new();
-            let mut range = samples.range((id, from_ms)..=(id, to_ms))?;
-            match read {
-                Read::All => {
-                    for sample in range {
-                        let (k, v) = sample?;
-                        points.push((k.value().1, v.value()));
-                    }
-                }
-                Read::Latest => {
-                    if let Some(sample) = range.next_back() {
-                        let (k, v) = sample?;
-                        points.push((k.value().1, v.value()));
-                    }
-                }
-            }
+            samples.read(id, from_ms, to_ms, read, &mut points)?;
             if !points.is_empty() {
                 out.push(RawSeries {
                     metric: name,
@@ -608,7 +662,7 @@ impl Store {
     /// Number of samples stored.
     pub fn sample_count(&self) -> Result<u64, StoreError> {
         let txn = self.begin_read()?;
-        Ok(txn.open_table(SAMPLES)?.len()?)
+        Samples::open(&txn)?.count()
     }
 
     /// Dead letters, oldest first.
@@ -706,12 +760,338 @@ impl Store {
     }
 }
 
+/// The samples table of a read transaction: chunks, or the table of a store of the format before
+/// chunks that no writer has opened (and so migrated) yet.
+enum Samples {
+    Chunks(Option<ReadOnlyTable<(u64, i64), &'static [u8]>>),
+    BeforeChunks(ReadOnlyTable<(u64, i64), f64>),
+}
+
+impl Samples {
+    fn open(txn: &ReadTransaction) -> Result<Self, StoreError> {
+        match txn.open_table(SAMPLES_BEFORE_CHUNKS) {
+            Ok(table) => return Ok(Self::BeforeChunks(table)),
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+        match txn.open_table(SAMPLE_CHUNKS) {
+            Ok(table) => Ok(Self::Chunks(Some(table))),
+            Err(TableError::TableDoesNotExist(_)) => Ok(Self::Chunks(None)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Appends the samples of series `id` with `from_ms <= ts <= to_ms` (all, or the latest) to
+    /// `out`, in time order.
+    fn read(
+        &self,
+        id: u64,
+        from_ms: i64,
+        to_ms: i64,
+        read: Read,
+        out: &mut Vec<(i64, f64)>,
+    ) -> Result<(), StoreError> {
+        let corrupt = |key| StoreError::CorruptChunk { series: id, key };
+        match self {
+            Self::Chunks(None) => {}
+            Self::Chunks(Some(table)) => match read {
+                Read::All => {
+                    // The chunk covering `from_ms` starts at or before it.
+                    let start = match table.range((id, i64::MIN)..=(id, from_ms))?.next_back() {
+                        Some(entry) => entry?.0.value().1,
+                        None => from_ms,
+                    };
+                    for entry in table.range((id, start)..=(id, to_ms))? {
+                        let (key, bytes) = entry?;
+                        let samples =
+                            chunk::decode(bytes.value()).map_err(|_| corrupt(key.value().1))?;
+                        out.extend(samples.filter(|(ts, _)| (from_ms..=to_ms).contains(ts)));
+                    }
+                }
+                Read::Latest => {
+                    // The last chunk starting at or before `to_ms` holds the latest sample.
+                    if let Some(entry) = table.range((id, i64::MIN)..=(id, to_ms))?.next_back() {
+                        let (key, bytes) = entry?;
+                        let mut samples =
+                            chunk::decode(bytes.value()).map_err(|_| corrupt(key.value().1))?;
+                        if let Some(latest) = samples.rfind(|(ts, _)| *ts <= to_ms)
+                            && latest.0 >= from_ms
+                        {
+                            out.push(latest);
+                        }
+                    }
+                }
+            },
+            Self::BeforeChunks(table) => {
+                let mut range = table.range((id, from_ms)..=(id, to_ms))?;
+                match read {
+                    Read::All => {
+                        for sample in range {
+                            let (k, v) = sample?;
+                            out.push((k.value().1, v.value()));
+                        }
+                    }
+                    Read::Latest => {
+                        if let Some(sample) = range.next_back() {
+                            let (k, v) = sample?;
+                            out.push((k.value().1, v.value()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&self) -> Result<u64, StoreError> {
+        match self {
+            Self::Chunks(None) => Ok(0),
+            Self::Chunks(Some(table)) => {
+                let mut count = 0;
+                for entry in table.iter()? {
+                    let (key, bytes) = entry?;
+                    let (series, key) = key.value();
+                    count += chunk::count(bytes.value())
+                        .map_err(|_| StoreError::CorruptChunk { series, key })?
+                        as u64;
+                }
+                Ok(count)
+            }
+            Self::BeforeChunks(table) => Ok(table.len()?),
+        }
+    }
+}
+
+/// Moves the samples of a store of the format before chunks into chunks, in one durable
+/// transaction (all moved, or none); returns how many. Nothing to do for a store in chunks.
+fn migrate_samples(db: &Database) -> Result<u64, StoreError> {
+    let mut txn = db.begin_write()?;
+    let before_chunks = txn
+        .list_tables()?
+        .any(|table| table.name() == SAMPLES_BEFORE_CHUNKS.name());
+    if !before_chunks {
+        return Ok(0);
+    }
+    txn.set_durability(Durability::Immediate)?;
+    let mut moved = 0;
+    {
+        let old = txn.open_table(SAMPLES_BEFORE_CHUNKS)?;
+        let mut chunks = txn.open_table(SAMPLE_CHUNKS)?;
+        let mut run: Vec<(i64, f64)> = Vec::with_capacity(chunk::MAX_SAMPLES);
+        let mut run_series = 0;
+        let mut bytes = Vec::new();
+        let mut write = |series: u64, run: &mut Vec<(i64, f64)>| -> Result<(), StoreError> {
+            if let Some(&(first, _)) = run.first() {
+                bytes.clear();
+                chunk::encode(run, &mut bytes);
+                chunks.insert((series, first), bytes.as_slice())?;
+                run.clear();
+            }
+            Ok(())
+        };
+        for entry in old.iter()? {
+            let (key, value) = entry?;
+            let (series, ts) = key.value();
+            if series != run_series || run.len() == chunk::MAX_SAMPLES {
+                write(run_series, &mut run)?;
+                run_series = series;
+            }
+            run.push((ts, value.value()));
+            moved += 1;
+        }
+        write(run_series, &mut run)?;
+    }
+    txn.delete_table(SAMPLES_BEFORE_CHUNKS)?;
+    txn.commit()?;
+    Ok(moved)
+}
+
+/// The chunks of one series that a write transaction loaded or created.
+#[derive(Debug, Default)]
+struct SeriesChunks {
+    /// By key (their identity for the transaction).
+    chunks: Vec<Chunk>,
+    /// Whether the series' last stored chunk was looked up (and loaded) in this transaction:
+    /// then no stored chunk has a key after the last of `chunks`. Set when a transaction first
+    /// touches the series.
+    head_known: bool,
+}
+
+type ChunkTable<'txn> = Table<'txn, (u64, i64), &'static [u8]>;
+type ChunksTouched = foldhash::HashMap<u64, SeriesChunks>;
+
+/// The chunks of series `id` in this transaction: at its first touch, its last chunk from the
+/// store's cache when there.
+fn series_chunks<'a>(
+    chunks: &'a mut foldhash::HashMap<u64, SeriesChunks>,
+    heads: &mut foldhash::HashMap<u64, Chunk>,
+    id: u64,
+) -> &'a mut SeriesChunks {
+    chunks.entry(id).or_insert_with(|| match heads.remove(&id) {
+        Some(head) => SeriesChunks {
+            chunks: vec![head],
+            head_known: true,
+        },
+        None => SeriesChunks::default(),
+    })
+}
+
+impl SeriesChunks {
+    /// The series' last chunk as the store holds it once this transaction's changes are written
+    /// back; `None` when that is not known.
+    fn into_head(mut self) -> Option<Chunk> {
+        if !self.head_known {
+            return None;
+        }
+        self.chunks.pop()?.into_stored_last()
+    }
+
+    /// Loads the stored chunk `key` into `chunks` at `at`; returns `at`.
+    fn load(
+        &mut self,
+        at: usize,
+        id: u64,
+        key: i64,
+        bytes: &[u8],
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<usize, StoreError> {
+        let chunk = Chunk::loaded(key, bytes, spare.pop().unwrap_or_default())
+            .map_err(|_| StoreError::CorruptChunk { series: id, key })?;
+        self.chunks.insert(at, chunk);
+        Ok(at)
+    }
+
+    /// Loads the series' last chunk, the first time the transaction touches the series.
+    fn touch(
+        &mut self,
+        table: &ChunkTable<'_>,
+        id: u64,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<(), StoreError> {
+        if self.head_known {
+            return Ok(());
+        }
+        self.head_known = true;
+        if let Some(entry) = table.range((id, i64::MIN)..=(id, i64::MAX))?.next_back() {
+            let (key, bytes) = entry?;
+            self.load(self.chunks.len(), id, key.value().1, bytes.value(), spare)?;
+        }
+        Ok(())
+    }
+
+    /// The chunk covering `ts` (see [`chunk`]), loaded when needed; `None` when `ts` precedes
+    /// every chunk.
+    fn covering(
+        &mut self,
+        table: &ChunkTable<'_>,
+        id: u64,
+        ts: i64,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<Option<usize>, StoreError> {
+        self.touch(table, id, spare)?;
+        let after = self.chunks.partition_point(|c| c.key <= ts);
+        // At or after the last chunk's key: no stored chunk comes later.
+        if after == self.chunks.len() && after > 0 {
+            return Ok(Some(after - 1));
+        }
+        if let Some(entry) = table.range((id, i64::MIN)..=(id, ts))?.next_back() {
+            let (key, bytes) = entry?;
+            let key = key.value().1;
+            if after == 0 || self.chunks[after - 1].key < key {
+                return self.load(after, id, key, bytes.value(), spare).map(Some);
+            }
+        }
+        if after > 0 {
+            return Ok(Some(after - 1));
+        }
+        Ok(self
+            .chunks
+            .first()
+            .is_some_and(|c| c.low <= ts)
+            .then_some(0))
+    }
+
+    /// The series' first chunk, loaded when needed; `None` when it has none.
+    fn first(
+        &mut self,
+        table: &ChunkTable<'_>,
+        id: u64,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<Option<usize>, StoreError> {
+        self.touch(table, id, spare)?;
+        if let Some(entry) = table.range((id, i64::MIN)..=(id, i64::MAX))?.next() {
+            let (key, bytes) = entry?;
+            let key = key.value().1;
+            if self.chunks.first().is_none_or(|c| key < c.key) {
+                return self.load(0, id, key, bytes.value(), spare).map(Some);
+            }
+        }
+        Ok((!self.chunks.is_empty()).then_some(0))
+    }
+
+    /// The chunk after `chunks[at]`, loaded when needed.
+    fn next(
+        &mut self,
+        table: &ChunkTable<'_>,
+        id: u64,
+        at: usize,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<Option<usize>, StoreError> {
+        // `touch` ran: no stored chunk comes after the last one.
+        let Some(next) = self.chunks.get(at + 1).map(|c| c.key) else {
+            return Ok(None);
+        };
+        let after = self.chunks[at].key;
+        let mut stored = table.range((
+            std::ops::Bound::Excluded((id, after)),
+            std::ops::Bound::Excluded((id, next)),
+        ))?;
+        if let Some(entry) = stored.next() {
+            let (key, bytes) = entry?;
+            return self
+                .load(at + 1, id, key.value().1, bytes.value(), spare)
+                .map(Some);
+        }
+        Ok(Some(at + 1))
+    }
+
+    /// The chunk before `chunks[at]`, loaded when needed.
+    fn prev(
+        &mut self,
+        table: &ChunkTable<'_>,
+        id: u64,
+        at: usize,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<Option<usize>, StoreError> {
+        let before = self.chunks[at].key;
+        let pending = at.checked_sub(1).map(|i| self.chunks[i].key);
+        if let Some(entry) = table.range((id, i64::MIN)..(id, before))?.next_back() {
+            let (key, bytes) = entry?;
+            let key = key.value().1;
+            if pending.is_none_or(|p| key > p) {
+                return self.load(at, id, key, bytes.value(), spare).map(Some);
+            }
+        }
+        Ok(at.checked_sub(1))
+    }
+}
+
 /// The tables of one open write transaction (see [`Store::write`]).
 pub struct Writer<'txn> {
     series: Table<'txn, &'static str, u64>,
     series_by_id: Table<'txn, u64, &'static str>,
     live_series: Table<'txn, (&'static str, u64), &'static [u8]>,
-    samples: Table<'txn, (u64, i64), f64>,
+    samples: Table<'txn, (u64, i64), &'static [u8]>,
+    /// Chunks of samples loaded or created in this transaction, by series id; the changed ones
+    /// are written back before it commits.
+    chunks: foldhash::HashMap<u64, SeriesChunks>,
+    /// The store's cached last chunks (see [`WriterCache::heads`]); a series' is taken into
+    /// `chunks` when the transaction first touches it.
+    heads: &'txn mut foldhash::HashMap<u64, Chunk>,
+    /// Sample buffers to reuse for chunks loaded.
+    spare: Vec<Vec<(i64, f64)>>,
+    /// The encoding of the chunk being written back.
+    encoded: Vec<u8>,
     dedup: Table<'txn, &'static [u8], &'static [u8]>,
     machines: Table<'txn, &'static str, &'static [u8]>,
     dead_letters: Table<'txn, u64, &'static [u8]>,
@@ -764,13 +1144,15 @@ impl Writer<'_> {
     }
 
     /// The value stored at (series, timestamp).
-    pub fn sample(&self, id: u64, ts_ms: i64) -> Result<Option<f64>, StoreError> {
-        Ok(self.samples.get((id, ts_ms))?.map(|v| v.value()))
+    pub fn sample(&mut self, id: u64, ts_ms: i64) -> Result<Option<f64>, StoreError> {
+        let series = series_chunks(&mut self.chunks, self.heads, id);
+        let at = series.covering(&self.samples, id, ts_ms, &mut self.spare)?;
+        Ok(at.and_then(|at| series.chunks[at].get(ts_ms)))
     }
 
     /// The earliest sample of a series with `from_ms <= ts < to_ms`.
     pub fn first_sample_in(
-        &self,
+        &mut self,
         id: u64,
         from_ms: i64,
         to_ms: i64,
@@ -778,52 +1160,101 @@ impl Writer<'_> {
         if from_ms >= to_ms {
             return Ok(None);
         }
-        match self.samples.range((id, from_ms)..(id, to_ms))?.next() {
-            Some(entry) => {
-                let (key, value) = entry?;
-                Ok(Some((key.value().1, value.value())))
+        let series = series_chunks(&mut self.chunks, self.heads, id);
+        let mut at = match series.covering(&self.samples, id, from_ms, &mut self.spare)? {
+            Some(at) => Some(at),
+            None => series.first(&self.samples, id, &mut self.spare)?,
+        };
+        while let Some(i) = at {
+            let chunk = &series.chunks[i];
+            if chunk.low >= to_ms {
+                return Ok(None);
             }
-            None => Ok(None),
+            let found = chunk.samples.partition_point(|s| s.0 < from_ms);
+            if let Some(&(ts, value)) = chunk.samples.get(found) {
+                return Ok((ts < to_ms).then_some((ts, value)));
+            }
+            at = series.next(&self.samples, id, i, &mut self.spare)?;
         }
+        Ok(None)
     }
 
     /// The latest sample of a series, `None` when it has none.
-    pub fn last_sample(&self, id: u64) -> Result<Option<(i64, f64)>, StoreError> {
-        match self
-            .samples
-            .range((id, i64::MIN)..=(id, i64::MAX))?
-            .next_back()
-        {
-            Some(entry) => {
-                let (key, value) = entry?;
-                Ok(Some((key.value().1, value.value())))
+    pub fn last_sample(&mut self, id: u64) -> Result<Option<(i64, f64)>, StoreError> {
+        let series = series_chunks(&mut self.chunks, self.heads, id);
+        series.touch(&self.samples, id, &mut self.spare)?;
+        let mut at = series.chunks.len().checked_sub(1);
+        while let Some(i) = at {
+            if let Some(&last) = series.chunks[i].samples.last() {
+                return Ok(Some(last));
             }
-            None => Ok(None),
+            at = series.prev(&self.samples, id, i, &mut self.spare)?;
         }
+        Ok(None)
     }
 
     /// Stores a sample unless the series holds one at that time: [`Upsert::New`], or
     /// [`Upsert::Identical`] (a no-op), or [`Upsert::Conflict`] (the stored value is kept).
     pub fn put_sample(&mut self, id: u64, ts_ms: i64, value: f64) -> Result<Upsert, StoreError> {
-        // One tree operation in the common case (a new sample); a conflict puts the stored value
-        // back, so it is never overwritten.
-        let previous = self.samples.insert((id, ts_ms), value)?.map(|v| v.value());
-        match previous {
-            None => Ok(Upsert::New),
-            Some(stored) if stored == value || (stored.is_nan() && value.is_nan()) => {
-                Ok(Upsert::Identical)
+        let series = series_chunks(&mut self.chunks, self.heads, id);
+        let spare = &mut self.spare;
+        let at = match series.covering(&self.samples, id, ts_ms, spare)? {
+            // After the last sample of a full chunk: a new one starts there.
+            Some(at) if series.chunks[at].full_for_append(ts_ms) => {
+                let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
+                series.chunks.insert(at + 1, created);
+                at + 1
             }
-            Some(stored) => {
-                self.samples.insert((id, ts_ms), stored)?;
-                Ok(Upsert::Conflict)
-            }
-        }
+            Some(at) => at,
+            // Before every chunk: the first one takes it (split when written back if it grew
+            // too large), or the series' first chunk starts.
+            None => match series.first(&self.samples, id, spare)? {
+                Some(first) => first,
+                None => {
+                    let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
+                    series.chunks.insert(0, created);
+                    0
+                }
+            },
+        };
+        Ok(series.chunks[at].put(ts_ms, value))
     }
 
     /// Removes a sample written in this transaction (an event refused after part of it was
     /// written).
     pub fn remove_sample(&mut self, id: u64, ts_ms: i64) -> Result<(), StoreError> {
-        self.samples.remove((id, ts_ms))?;
+        let series = series_chunks(&mut self.chunks, self.heads, id);
+        if let Some(at) = series.covering(&self.samples, id, ts_ms, &mut self.spare)? {
+            series.chunks[at].remove(ts_ms);
+        }
+        Ok(())
+    }
+
+    /// Writes back the chunks changed in this transaction, each under its first sample's time
+    /// (split when it grew too large, removed when emptied).
+    fn flush_chunks(&mut self) -> Result<(), StoreError> {
+        // In key order: neighbouring writes land in the same B-tree pages.
+        let mut ids: Vec<u64> = self.chunks.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(series) = self.chunks.get(&id) else {
+                continue;
+            };
+            for chunk in series.chunks.iter().filter(|chunk| chunk.dirty) {
+                let first = chunk.samples.first().map(|s| s.0);
+                if chunk.stored && first != Some(chunk.key) {
+                    self.samples.remove((id, chunk.key))?;
+                }
+                for part in chunk.parts() {
+                    let Some(&(first, _)) = part.first() else {
+                        continue;
+                    };
+                    self.encoded.clear();
+                    chunk::encode(part, &mut self.encoded);
+                    self.samples.insert((id, first), self.encoded.as_slice())?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1240,5 +1671,351 @@ mod tests {
             .map(|s| s.epoch)
             .collect();
         assert_eq!(epochs, vec![2, 3]);
+    }
+
+    /// Writes a store of the format before chunks: series and their samples one entry each.
+    fn write_store_before_chunks(path: &Path, series: &[(&str, Vec<(i64, f64)>)]) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut keys = txn.open_table(SERIES).unwrap();
+            let mut by_id = txn.open_table(SERIES_BY_ID).unwrap();
+            let mut samples = txn.open_table(SAMPLES_BEFORE_CHUNKS).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            for (id, (key, points)) in (1u64..).zip(series) {
+                keys.insert(*key, id).unwrap();
+                by_id.insert(id, *key).unwrap();
+                for &(ts, value) in points {
+                    samples.insert((id, ts), value).unwrap();
+                }
+                meta.insert(NEXT_SERIES, id + 1).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+
+    /// Every stored chunk holds the invariants of `chunk`: keyed by its first sample, not empty,
+    /// in order, within the size bound, not overlapping the next chunk of its series.
+    fn assert_chunks_hold_their_invariants(path: &Path) {
+        let db = Database::builder().open_read_only(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(SAMPLE_CHUNKS).unwrap();
+        let mut previous: Option<(u64, i64)> = None;
+        for entry in table.iter().unwrap() {
+            let (key, bytes) = entry.unwrap();
+            let (series, first) = key.value();
+            let samples: Vec<_> = chunk::decode(bytes.value()).unwrap().collect();
+            assert!(!samples.is_empty() && samples.len() <= chunk::MAX_SAMPLES);
+            assert_eq!(samples[0].0, first, "keyed by its first sample");
+            assert!(samples.windows(2).all(|w| w[0].0 < w[1].0));
+            if let Some((prev_series, prev_last)) = previous
+                && prev_series == series
+            {
+                assert!(prev_last < first, "chunks of series {series} overlap");
+            }
+            previous = Some((series, samples[samples.len() - 1].0));
+        }
+    }
+
+    #[test]
+    fn a_store_of_the_format_before_chunks_reads_back_every_sample_after_the_upgrade() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.redb");
+        let a: Vec<(i64, f64)> = (0..300).map(|i| (i * 10, i as f64)).collect();
+        let b: Vec<(i64, f64)> = vec![(-5, f64::NAN), (7, 2.5)];
+        write_store_before_chunks(&path, &[("a{m=\"1\"}", a.clone()), ("b{}", b.clone())]);
+
+        // Before any writer opened it, a read-only opener reads the old table.
+        let reader = Store::open_read_only(&path).unwrap();
+        assert_eq!(reader.query("a", i64::MIN, i64::MAX).unwrap()[0].samples, a);
+        assert_eq!(reader.sample_count().unwrap(), 302);
+        drop(reader);
+
+        let store = Store::open_path(&path).unwrap();
+        assert_eq!(store.query("a", i64::MIN, i64::MAX).unwrap()[0].samples, a);
+        let read_b = &store.query("b", i64::MIN, i64::MAX).unwrap()[0].samples;
+        assert_eq!(
+            (read_b[0].0, read_b[0].1.is_nan(), read_b[1]),
+            (-5, true, (7, 2.5))
+        );
+        assert_eq!(store.sample_count().unwrap(), 302);
+        assert_eq!(
+            store.query_latest("a", 0, 1234, None).unwrap()[0].samples,
+            vec![(1230, 123.0)]
+        );
+        // The writer carries on where the old store left off: conflicts are still refused.
+        store
+            .write(|w| {
+                let id = w.series_id("a{m=\"1\"}")?.unwrap();
+                assert_eq!(w.put_sample(id, 100, 99.0)?, Upsert::Conflict);
+                assert_eq!(w.put_sample(id, 100, 10.0)?, Upsert::Identical);
+                assert_eq!(w.put_sample(id, 5, 0.5)?, Upsert::New);
+                assert_eq!(w.series_id_or_create("c{}")?, 3, "series ids continue");
+                Ok(())
+            })
+            .unwrap();
+        drop(store);
+        assert_chunks_hold_their_invariants(&path);
+        let db = Database::builder().open_read_only(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        assert!(
+            txn.list_tables()
+                .unwrap()
+                .all(|t| t.name() != SAMPLES_BEFORE_CHUNKS.name()),
+            "the old table is gone"
+        );
+        drop(txn);
+        drop(db);
+        let reopened = Store::open_read_only(&path).unwrap();
+        assert_eq!(reopened.sample_count().unwrap(), 303);
+    }
+
+    #[test]
+    fn a_corrupt_chunk_is_an_error_naming_it_not_a_panic() {
+        let (dir, store) = store();
+        store
+            .write(|w| {
+                let id = w.series_id_or_create("a{}")?;
+                w.put_sample(id, 5, 1.0)?;
+                Ok(())
+            })
+            .unwrap();
+        store
+            .write(|w| {
+                w.samples.insert((1, 5), [9u8, 9, 9].as_slice())?;
+                Ok(())
+            })
+            .unwrap();
+        // Reopened: the writer's cache of last chunks starts from the file.
+        drop(store);
+        let store = Store::open_path(&dir.path().join("store.redb")).unwrap();
+        let error = store.query("a", 0, 10).unwrap_err();
+        assert!(matches!(
+            error,
+            StoreError::CorruptChunk { series: 1, key: 5 }
+        ));
+        let error = store
+            .write(|w| w.put_sample(1, 6, 1.0).map(|_| ()))
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            StoreError::CorruptChunk { series: 1, key: 5 }
+        ));
+        drop(dir);
+    }
+
+    mod model {
+        //! The chunked sample store against a plain map, with transactions that fail and
+        //! reopening.
+
+        use std::collections::BTreeMap;
+
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use super::assert_chunks_hold_their_invariants;
+
+        const SERIES: u64 = 3;
+        /// Past two chunks, so chunks fill, split and take samples before them.
+        const TIMES: i64 = 300;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Put(u64, i64, f64),
+            Remove(u64, i64),
+            Get(u64, i64),
+            FirstIn(u64, i64, i64),
+            Last(u64),
+        }
+
+        #[derive(Debug, Clone)]
+        enum Action {
+            /// One transaction; committed, or failed at its end (nothing of it stays).
+            Write(Vec<Op>, bool),
+            /// Appends in time order to every series, as ingest mostly does.
+            Appends(i64, i64),
+            Reopen,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            let series = 0..SERIES;
+            let ts = -5..TIMES;
+            let value = prop_oneof![Just(0.0), Just(1.0), Just(2.0), Just(f64::NAN)];
+            prop_oneof![
+                6 => (series.clone(), ts.clone(), value).prop_map(|(s, t, v)| Op::Put(s, t, v)),
+                1 => (series.clone(), ts.clone()).prop_map(|(s, t)| Op::Remove(s, t)),
+                1 => (series.clone(), ts.clone()).prop_map(|(s, t)| Op::Get(s, t)),
+                1 => (series.clone(), ts.clone(), ts).prop_map(|(s, a, b)| Op::FirstIn(s, a, b)),
+                1 => series.prop_map(Op::Last),
+            ]
+        }
+
+        fn action() -> impl Strategy<Value = Action> {
+            prop_oneof![
+                6 => (prop::collection::vec(op(), 1..40), prop::bool::weighted(0.8))
+                    .prop_map(|(ops, commit)| Action::Write(ops, commit)),
+                2 => (0..TIMES, 1i64..150).prop_map(|(from, n)| Action::Appends(from, n)),
+                1 => Just(Action::Reopen),
+            ]
+        }
+
+        type Model = BTreeMap<(u64, i64), f64>;
+
+        fn same(a: f64, b: f64) -> bool {
+            a == b || (a.is_nan() && b.is_nan())
+        }
+
+        fn key(series: u64) -> String {
+            format!("s{series}{{}}")
+        }
+
+        /// Runs `ops` on the store and on `model`, checking every answer.
+        fn run(w: &mut Writer<'_>, model: &mut Model, ops: &[Op]) -> Result<(), StoreError> {
+            for op in ops {
+                match *op {
+                    Op::Put(s, ts, v) => {
+                        let id = w.series_id_or_create(&key(s))?;
+                        let expected = match model.get(&(s, ts)) {
+                            None => Upsert::New,
+                            Some(&stored) if same(stored, v) => Upsert::Identical,
+                            Some(_) => Upsert::Conflict,
+                        };
+                        assert_eq!(w.put_sample(id, ts, v)?, expected, "{op:?}");
+                        model.entry((s, ts)).or_insert(v);
+                    }
+                    Op::Remove(s, ts) => {
+                        let id = w.series_id_or_create(&key(s))?;
+                        w.remove_sample(id, ts)?;
+                        model.remove(&(s, ts));
+                    }
+                    Op::Get(s, ts) => {
+                        let id = w.series_id_or_create(&key(s))?;
+                        let got = w.sample(id, ts)?;
+                        let expected = model.get(&(s, ts)).copied();
+                        assert_eq!(got.map(f64::to_bits), expected.map(f64::to_bits), "{op:?}");
+                    }
+                    Op::FirstIn(s, from, to) => {
+                        let id = w.series_id_or_create(&key(s))?;
+                        let got = w.first_sample_in(id, from, to)?;
+                        let expected = if from < to {
+                            model
+                                .range((s, from)..(s, to))
+                                .next()
+                                .map(|(k, v)| (k.1, *v))
+                        } else {
+                            None
+                        };
+                        assert_eq!(
+                            got.map(|(t, v)| (t, v.to_bits())),
+                            expected.map(|(t, v)| (t, v.to_bits())),
+                            "{op:?}"
+                        );
+                    }
+                    Op::Last(s) => {
+                        let id = w.series_id_or_create(&key(s))?;
+                        let got = w.last_sample(id)?;
+                        let expected = model.range((s, i64::MIN)..=(s, i64::MAX)).next_back();
+                        assert_eq!(
+                            got.map(|(t, v)| (t, v.to_bits())),
+                            expected.map(|(k, v)| (k.1, v.to_bits())),
+                            "{op:?}"
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        /// What a reader sees equals the model: every sample, the latest in a window, the count.
+        fn check_reads(store: &Store, model: &Model) {
+            for s in 0..SERIES {
+                let metric = format!("s{s}");
+                let expected: Vec<(i64, u64)> = model
+                    .range((s, i64::MIN)..=(s, i64::MAX))
+                    .map(|(k, v)| (k.1, v.to_bits()))
+                    .collect();
+                let read = store.query(&metric, i64::MIN, i64::MAX).unwrap();
+                let got: Vec<(i64, u64)> = read
+                    .first()
+                    .map(|r| r.samples.iter().map(|&(t, v)| (t, v.to_bits())).collect())
+                    .unwrap_or_default();
+                assert_eq!(got, expected, "series {s}");
+                for (from, to) in [(-5, 3), (40, 200), (130, 131), (250, TIMES)] {
+                    let window: Vec<(i64, u64)> = model
+                        .range((s, from)..=(s, to))
+                        .map(|(k, v)| (k.1, v.to_bits()))
+                        .collect();
+                    let read = store.query(&metric, from, to).unwrap();
+                    let got: Vec<(i64, u64)> = read
+                        .first()
+                        .map(|r| r.samples.iter().map(|&(t, v)| (t, v.to_bits())).collect())
+                        .unwrap_or_default();
+                    assert_eq!(got, window, "series {s} in {from}..={to}");
+                    let latest = store.query_latest(&metric, from, to, None).unwrap();
+                    let got = latest
+                        .first()
+                        .map(|r| (r.samples[0].0, r.samples[0].1.to_bits()));
+                    assert_eq!(
+                        got,
+                        window.last().copied(),
+                        "latest of {s} in {from}..={to}"
+                    );
+                }
+            }
+            assert_eq!(store.sample_count().unwrap(), model.len() as u64);
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+
+            /// Random puts (out of order, duplicates, conflicts), removals and reads in
+            /// transactions that commit or fail, with reopening: the writer, a read-only opener
+            /// and the stored chunks agree with a plain map throughout.
+            #[test]
+            fn chunked_samples_agree_with_a_plain_map(
+                actions in prop::collection::vec(action(), 1..14),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("store.redb");
+                let mut store = Store::open_path(&path).unwrap();
+                let mut model = Model::new();
+                for action in actions {
+                    match action {
+                        Action::Write(ops, commit) => {
+                            let mut next = model.clone();
+                            let result: Result<(), StoreError> = store.write(|w| {
+                                run(w, &mut next, &ops)?;
+                                if commit {
+                                    Ok(())
+                                } else {
+                                    Err(StoreError::Storage(redb::Error::Corrupted("test".into())))
+                                }
+                            });
+                            prop_assert_eq!(result.is_ok(), commit);
+                            if commit {
+                                model = next;
+                            }
+                        }
+                        Action::Appends(from, n) => {
+                            let ops: Vec<Op> = (0..SERIES)
+                                .flat_map(|s| {
+                                    (from..from + n).map(move |t| Op::Put(s, t, (t % 7) as f64))
+                                })
+                                .collect();
+                            store.write(|w| run(w, &mut model, &ops)).unwrap();
+                        }
+                        Action::Reopen => {
+                            drop(store);
+                            store = Store::open_path(&path).unwrap();
+                        }
+                    }
+                    check_reads(&store, &model);
+                    let reader = Store::open_read_only(&path).unwrap();
+                    check_reads(&reader, &model);
+                }
+                drop(store);
+                assert_chunks_hold_their_invariants(&path);
+            }
+        }
     }
 }
