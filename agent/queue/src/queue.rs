@@ -620,7 +620,7 @@ impl Queue {
             batch_index: Vec::new(),
             batch_bytes: Vec::new(),
             status_text: String::with_capacity(2048),
-            snapshot_paths: status::SnapshotPaths::in_dir(&config.get().dir),
+            snapshot_paths: status::SnapshotPaths::at(&config.get().status_file),
             config,
         }
     }
@@ -2199,6 +2199,13 @@ fn open_store(config: &QueueConfig, now: SystemTime) -> Result<Opened, QueueErro
         Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
         Err(error) => return Err(unavailable(&path, &error)),
     };
+    // The store is ours (locked) and any quarantine has read its bound: a snapshot that an
+    // older version kept in the directory, when this queue's is elsewhere, is stale from now on.
+    let legacy = status::SnapshotPaths::at(&dir.join(status::SNAPSHOT_FILE));
+    if legacy.file() != config.get().status_file {
+        remove_any(legacy.file());
+        remove_any(legacy.tmp());
+    }
     Ok(Opened {
         store,
         loaded,
@@ -2384,7 +2391,11 @@ fn quarantine(
         }
         _ => {}
     }
-    let snapshot = status::read_snapshot(dir).ok().filter(|s| s.epoch != 0);
+    // The first open after an upgrade finds the snapshot where the older version kept it.
+    let snapshot = status::read_snapshot(&config.get().status_file)
+        .or_else(|_| status::read_snapshot(&dir.join(status::SNAPSHOT_FILE)))
+        .ok()
+        .filter(|s| s.epoch != 0);
     let mut state = Persisted::fresh(new_epoch(now));
     let mut salvaged = PerTier::<TierSalvage>::default();
     let mut bound = None;
