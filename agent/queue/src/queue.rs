@@ -338,6 +338,9 @@ pub struct FlushOutcome {
     pub lost: PerTier<u64>,
     /// False if there was nothing to write and no transaction was committed.
     pub committed: bool,
+    /// True for a safety commit ([`Queue::flush_scheduled`]): it wrote the safety appends only;
+    /// the other appends, acknowledgements, dead letters and key-value entries keep waiting.
+    pub safety_only: bool,
     /// Sequence ranges (inclusive) dropped since the previous flush returned, by a failed flush
     /// an `append` ran by itself: awaiting callers must stop waiting for them.
     pub refused: PerTier<Option<(u64, u64)>>,
@@ -1254,8 +1257,14 @@ impl Queue {
         let stored = |frames: &Frames| frames.value_bytes() + record::KEY_LEN * frames.records();
         let safety_bytes = stored(&pending.frames[0]);
         let bulk_bytes = stored(&pending.frames[1]) + stored(&pending.frames[2]);
+        // Waiting beside the safety appends and no SLO or debug append: acknowledgements, dead
+        // letters, a key-value entry staged before them. They change the state, so carrying them
+        // would add a state slot's write and `fdatasync` to every safety event's commit (an event
+        // acknowledged before the next is appended, at any steady rate); they keep their own
+        // deadline instead, and one state write carries them all.
+        let only_state_waits = bulk_bytes == 0 && pending.bulk_since.is_some();
         // Over its cap the safety tier evicts, which the full commit does and reports.
-        bulk_bytes > SAFETY_CARRY_BYTES
+        (bulk_bytes > SAFETY_CARRY_BYTES || only_state_waits)
             && self.state.bytes.safety + safety_bytes <= self.config.cap(0)
     }
 
@@ -1298,6 +1307,7 @@ impl Queue {
             },
             lost: PerTier::default(),
             committed: true,
+            safety_only: true,
             refused: PerTier::default(),
         })
     }
@@ -1385,6 +1395,7 @@ impl Queue {
                 written: PerTier::default(),
                 lost: PerTier::default(),
                 committed: false,
+                safety_only: false,
                 refused: PerTier::default(),
             });
         }
@@ -1603,6 +1614,7 @@ impl Queue {
             written,
             lost,
             committed: true,
+            safety_only: false,
             refused: PerTier::default(),
         })
     }
