@@ -1222,9 +1222,16 @@ impl Queue {
         }
         match self.commit_safety() {
             Ok(outcome) => Ok(outcome),
-            // The full flush meets the store's failure as any flush does (holding, refusing,
-            // quarantining).
-            Err(_) => self.flush(now),
+            // Damage: the full flush meets it as any flush does (quarantining).
+            Err(StoreError::Corrupt(_)) => self.flush(now),
+            // An I/O error or a full disk: the store is closed as after any failed commit (held,
+            // refused, reopened with backoff), never written again through the handle that met
+            // it, as a full flush on the same store would.
+            Err(error) => {
+                let error = self.store_failed(error, now);
+                let refused = std::mem::take(&mut self.refused);
+                Err(FlushError { refused, ..error })
+            }
         }
     }
 
