@@ -15,9 +15,6 @@
 //! - A failed commit truncates what it appended and changes nothing in memory.
 //! - A segment is unlinked only after a durable state has removed every record in it; a tier's
 //!   last segment, drained, is kept for the next appends while it is under `KEEP_DRAINED_BYTES`.
-//! - Past a tier's last frame, only zeros that this process wrote ahead (`ZERO_AHEAD`), so that
-//!   appends change no file size; a clean close truncates them and recovery treats them as the
-//!   tail no commit finished. The files as closed are frames only: the format is unchanged.
 //! - Recovery reads the newest valid state slot, scans every frame (checking each record's
 //!   CRC32C), truncates a torn or uncommitted tail and reports records that fail their checks.
 //!
@@ -159,18 +156,12 @@ impl Loaded {
 
 /// A segment takes no more appends once it holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
-/// Zeros written ahead of a segment's frames when a commit would write past them: appends into
-/// the zero-filled part overwrite blocks already allocated, so their `fdatasync` changes no
-/// metadata and ext4 commits no journal transaction for them. One extension (these zeros and the
-/// file's new size, through the journal) comes every 64 KiB of frames: about 600 safety events.
-const ZERO_AHEAD: u64 = 64 * 1024;
 /// A tier's last segment is kept when every record in it is removed, as long as it is smaller
-/// than this: the next appends go into it (and its zeros) instead of a file created, synced
-/// into the directory and unlinked again for each event of a quiet tier. A larger drained
-/// segment is unlinked, so a drained log holds at most this much (plus `ZERO_AHEAD`) per tier.
+/// than this: the next appends go into it instead of a file created, synced into the directory
+/// and unlinked again for each event of a quiet tier. A larger drained segment is unlinked, so a
+/// drained log holds at most this much per tier.
 const KEEP_DRAINED_BYTES: u64 = 1024 * 1024;
-/// A source of zeros for the extensions, written in pieces of this size.
-static ZEROS: [u8; 16 * 1024] = [0; 16 * 1024];
+
 /// Bytes of a frame before its value.
 pub const FRAME_HEADER: usize = 8;
 /// Largest value a frame may carry (a longer length is garbage, not a record).
@@ -320,11 +311,8 @@ struct Pos {
 struct Segment {
     first_seq: u64,
     file: File,
-    /// Bytes of valid frames.
+    /// Bytes of valid frames (the file may be longer only while a commit writes).
     len: u64,
-    /// Bytes of the file: `len`, and the zeros written ahead of the frames by this process
-    /// (`ZERO_AHEAD`), which a clean close truncates and recovery drops.
-    allocated: u64,
     /// Damaged byte ranges `[from, to)` that recovery found and scans jump over.
     skips: Vec<(u64, u64)>,
 }
@@ -786,19 +774,6 @@ pub struct Log {
     _lock: File,
 }
 
-impl Drop for Log {
-    /// A clean close leaves each segment as long as its frames: the zeros written ahead are for
-    /// this process's appends only (recovery would drop them too, after a crash).
-    fn drop(&mut self) {
-        let inner = self.lock();
-        for segment in inner.tiers.iter().flat_map(|tier| tier.segments.iter()) {
-            if segment.allocated > segment.len {
-                let _ = segment.file.set_len(segment.len);
-            }
-        }
-    }
-}
-
 fn segment_name(ix: usize, first_seq: u64) -> String {
     format!("{}.{first_seq:020}.seg", NAMES[ix])
 }
@@ -812,24 +787,6 @@ fn parse_segment_name(name: &str) -> Option<(usize, u64)> {
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io)
-}
-
-/// Before the `fdatasync` of a commit whose frames end at `end` in a file of `allocated` bytes:
-/// when the frames went past the zeros written ahead, writes `ZERO_AHEAD` more (up to the
-/// segment's size) and returns the file's new length. That commit changes the file's size (a
-/// journal transaction); the appends after it, inside the zeros, change none.
-fn zero_ahead(file: &File, end: u64, allocated: u64) -> Result<Option<u64>, StoreError> {
-    if end <= allocated || end >= SEGMENT_BYTES {
-        return Ok(None);
-    }
-    let target = (end + ZERO_AHEAD).min(SEGMENT_BYTES);
-    let mut at = end;
-    while at < target {
-        let n = (target - at).min(ZEROS.len() as u64) as usize;
-        file.write_all_at(&ZEROS[..n], at).map_err(io)?;
-        at += n as u64;
-    }
-    Ok(Some(target))
 }
 
 /// What recovery reads of one frame.
@@ -1228,9 +1185,6 @@ impl Log {
                     first_seq,
                     file,
                     len: offset as u64,
-                    // Whatever lies past the frames in a segment that is not the last, or in a
-                    // salvage, is left as it is and never written.
-                    allocated: offset as u64,
                     skips,
                 });
             }
@@ -1273,7 +1227,7 @@ impl Log {
             .tiers
             .iter()
             .flat_map(|tier| tier.segments.iter())
-            .map(|segment| segment.allocated.max(segment.len))
+            .map(|segment| segment.len)
             .sum();
         segments + inner.state_bytes.iter().sum::<u64>()
     }
@@ -1482,7 +1436,6 @@ impl Log {
         // Write the frames of each tier, then the state.
         let mut created: [Option<PathBuf>; 3] = Default::default();
         let mut written: [Option<u64>; 3] = [None; 3];
-        let mut extended: [Option<u64>; 3] = [None; 3];
         let result = (|| -> Result<(), StoreError> {
             for (ix, tier) in staged.tiers.iter().enumerate() {
                 let run = &*runs[ix];
@@ -1506,13 +1459,10 @@ impl Log {
                     .segments
                     .back()
                     .filter(|segment| segment.len < SEGMENT_BYTES);
-                let appended = (run.len() + tier.frames.len()) as u64;
                 match active {
                     Some(segment) => {
                         written[ix] = Some(segment.len);
                         write(&segment.file, segment.len)?;
-                        extended[ix] =
-                            zero_ahead(&segment.file, segment.len + appended, segment.allocated)?;
                         segment.file.sync_data().map_err(io)?;
                     }
                     None => {
@@ -1526,7 +1476,6 @@ impl Log {
                             .map_err(io)?;
                         created[ix] = Some(path);
                         write(&file, 0)?;
-                        extended[ix] = zero_ahead(&file, appended, 0)?;
                         file.sync_data().map_err(io)?;
                     }
                 }
@@ -1581,9 +1530,8 @@ impl Log {
             inner.state_files = [None, None];
             // Undo the appends so a later commit does not build on them.
             for (ix, len) in written.iter().enumerate() {
-                if let (Some(len), Some(segment)) = (len, inner.tiers[ix].segments.back_mut()) {
+                if let (Some(len), Some(segment)) = (len, inner.tiers[ix].segments.back()) {
                     let _ = segment.file.set_len(*len);
-                    segment.allocated = *len;
                 }
             }
             for path in created.iter().flatten() {
@@ -1598,10 +1546,6 @@ impl Log {
             if written[ix].is_some() {
                 if let Some(segment) = live.segments.back_mut() {
                     segment.len += appended;
-                    segment.allocated = segment
-                        .allocated
-                        .max(segment.len)
-                        .max(extended[ix].unwrap_or(0));
                 }
             } else if let Some(path) = &created[ix] {
                 let file = OpenOptions::new()
@@ -1613,7 +1557,6 @@ impl Log {
                     first_seq: tier.first_staged,
                     file,
                     len: appended,
-                    allocated: appended.max(extended[ix].unwrap_or(0)),
                     skips: Vec::new(),
                 });
             }
@@ -2167,66 +2110,6 @@ mod tests {
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), full as u64);
         append(&log, 0, 4..=4);
         assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn appends_into_a_segment_overwrite_zeros_written_ahead_and_leave_its_size_alone() {
-        // Flash wear: an append whose `fdatasync` changes the file's size commits an ext4
-        // journal transaction of its own (inode, bitmaps, commit block) beside the data.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let log = fresh(&path);
-        append(&log, 0, 1..=1);
-        let segment = path.join(segment_name(0, 1));
-        let size = || std::fs::metadata(&segment).unwrap().len();
-        let after_first = size();
-        for seq in 2..=50 {
-            append(&log, 0, seq..=seq);
-            assert_eq!(
-                size(),
-                after_first,
-                "append {seq} changed the segment's size"
-            );
-        }
-        let data = 50 * (FRAME_HEADER + value(1, 1).len()) as u64;
-        assert!(after_first > data);
-        assert_eq!(
-            log.file_bytes() - log.lock().state_bytes.iter().sum::<u64>(),
-            after_first
-        );
-        // A clean close leaves the frames only.
-        drop(log);
-        assert_eq!(size(), data);
-        let log = Log::open(&path, false).unwrap();
-        assert_eq!(seqs(&log, 0), (1..=50).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn after_a_crash_the_zeros_past_the_last_frame_are_dropped_and_appends_go_on_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let log = fresh(&path);
-        append(&log, 0, 1..=3);
-        append(&log, 0, 4..=4);
-        // The files as a power cut leaves them: the zeros written ahead still there.
-        let image = dir.path().join("image");
-        std::fs::create_dir(&image).unwrap();
-        for entry in std::fs::read_dir(&path).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), image.join(entry.file_name())).unwrap();
-        }
-        drop(log);
-        let segment = image.join(segment_name(0, 1));
-        let data = 4 * (FRAME_HEADER + value(1, 1).len()) as u64;
-        assert!(std::fs::metadata(&segment).unwrap().len() > data);
-        let log = Log::open(&image, false).unwrap();
-        assert_eq!(std::fs::metadata(&segment).unwrap().len(), data);
-        assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4]);
-        assert_eq!(log.load().unwrap().corrupt, vec![]);
-        append(&log, 0, 5..=6);
-        drop(log);
-        let log = Log::open(&image, false).unwrap();
-        assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4, 5, 6]);
     }
 
     #[test]
