@@ -4,14 +4,14 @@
 //! installs it; inode tables and journal initialised at once, so that no background
 //! initialisation writes during the measurement) on a 1 GiB image through a loop device of its own, mounts it, and runs the real
 //! agent at the packaged default configuration with its queue directory on it (its log, socket
-//! and status file stay elsewhere: on a machine they go to journald and `/run`). Once the agent
+//! and status files stay elsewhere: on a machine they go to journald and `/run`). Once the agent
 //! is connected to a real Mosquitto and has settled, the device's counters are read; a client
 //! submits N events of one tier through the local socket at a steady rate; the bench waits until
 //! a subscriber received all N and the agent's queue holds none of them (acknowledged by the
 //! broker, then deleted), flushes the file system (`sync -f`, so that what the page cache still
 //! held is counted) and reads the counters again: (sectors written, field 7 of
 //! `/sys/block/loopN/stat`, × 512) / N. The idle case submits nothing for as long as the safety
-//! case took: the agent's own writes (health reports, status of the queue) over the same time.
+//! case took: the agent's own writes (health and source reports) over the same time.
 //!
 //! `cargo bench -p edgewatch-agent --bench device_writes` (options: `WRITES_EVENTS` (1000) per
 //! case, `WRITES_RATE` (50) submissions per second). Needs root, loop devices and e2fsprogs;

@@ -453,6 +453,18 @@ pub struct Machine {
     pub class: String,
 }
 
+/// File name of the status file in the queue directory when `[status] file` is not set.
+pub const DEFAULT_STATUS_FILE_NAME: &str = "agent-status.json";
+/// File name of the queue's status snapshot, beside the agent's status file.
+pub const QUEUE_STATUS_FILE_NAME: &str = "queue-status";
+
+/// Where the queue's status snapshot goes: beside the agent's status file (`status_file`), so
+/// both volatile files, rewritten every second, share its place (tmpfs when packaged: no flash
+/// writes) and the queue directory holds only what must survive.
+pub fn queue_status_file(status_file: &Path) -> PathBuf {
+    status_file.with_file_name(QUEUE_STATUS_FILE_NAME)
+}
+
 /// Queue settings, validated by the queue itself.
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
@@ -568,8 +580,12 @@ impl Config {
 }
 
 impl RawQueueSettings {
-    fn into_queue_config(self) -> Result<edgewatch_queue::QueueConfig, ConfigError> {
+    fn into_queue_config(
+        self,
+        status_file: PathBuf,
+    ) -> Result<edgewatch_queue::QueueConfig, ConfigError> {
         let mut config = edgewatch_queue::RawQueueConfig::new(self.dir);
+        config.status_file = status_file;
         if let Some(value) = self.budget_bytes {
             config.budget_bytes = value;
         }
@@ -639,6 +655,8 @@ impl RawQueueSettings {
             // The queue names its own fields; give them the file's names, as the file spells them.
             let key = match error.key.as_str() {
                 "dir" => "queue.dir".to_owned(),
+                // The queue's snapshot goes beside the agent's status file.
+                "status_file" => "status.file".to_owned(),
                 "max_age.safety" => safety_key.to_owned(),
                 "max_age.slo" => slo_key.to_owned(),
                 "max_age.debug" => debug_key.to_owned(),
@@ -661,7 +679,14 @@ impl Config {
             .map_err(|e| ConfigError::new("machine.site", e.to_string()))?;
         validate_id(&raw.machine.class)
             .map_err(|e| ConfigError::new("machine.class", e.to_string()))?;
-        let queue = raw.queue.into_queue_config()?;
+        let status_file = raw
+            .status
+            .file
+            .clone()
+            .unwrap_or_else(|| raw.queue.dir.join(DEFAULT_STATUS_FILE_NAME));
+        let queue = raw
+            .queue
+            .into_queue_config(queue_status_file(&status_file))?;
         let deadline = raw.deadline.validate(&raw.probe)?;
         let model = raw.model.validate()?;
         let thermal = raw.thermal.validate()?;
@@ -819,11 +844,6 @@ impl Config {
         let socket = ingest
             .socket
             .unwrap_or_else(|| queue.get().dir.join("agent.sock"));
-        let status_file = raw
-            .status
-            .file
-            .unwrap_or_else(|| queue.get().dir.join("agent-status.json"));
-
         Ok(Config {
             machine: Machine {
                 id: raw.machine.id,

@@ -693,6 +693,7 @@ mod tests {
             written: PerTier::default(),
             lost: PerTier::default(),
             committed: true,
+            safety_only: false,
             refused: PerTier {
                 slo: refused,
                 ..PerTier::default()

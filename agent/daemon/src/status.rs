@@ -1,7 +1,9 @@
 //! The agent's status, for `edgewatch-agent status`: written by the running agent's
 //! [`write_loop`] to a file every second (atomically: a temporary file renamed into place), read by
-//! `status` without ever touching the running agent. The queue writes its own snapshot beside its
-//! database the same way, asked by the same loop.
+//! `status` without ever touching the running agent. The queue writes its own snapshot the same
+//! way, asked by the same loop, beside this file (`config::queue_status_file`): both are volatile
+//! and rewritten every second, so they live where the status file does (tmpfs when packaged),
+//! never in the queue directory on the flash.
 //!
 //! Invariants:
 //! - Reading status never blocks or disturbs the running agent: it only reads files.
@@ -77,8 +79,7 @@ pub struct SnapshotView<'a> {
     pub uplink: &'a DrainStats,
     /// Local ingest counters.
     pub ingest: &'a IngestStats,
-    /// The queue's store: available, or why not (its status snapshot lives on that store and
-    /// may not be written meanwhile: this one is).
+    /// The queue's store: available, or why not (and what is held in memory meanwhile).
     pub store: StoreView<'a>,
     /// Sampling sources and the age of their last sample.
     pub sources: &'a [SourceStatus],
@@ -318,7 +319,7 @@ pub fn read(config: &Config) -> Status {
             None
         }
     };
-    let queue = match edgewatch_queue::read_snapshot(&config.queue.dir) {
+    let queue = match edgewatch_queue::read_snapshot(&config.queue.queue.get().status_file) {
         Ok(status) => Some(QueueView::from(&status)),
         Err(error) => {
             notes.push(format!("queue status: {error}"));

@@ -286,3 +286,51 @@ fn garbage_on_the_socket_is_rejected_and_counted_and_the_agent_keeps_serving() {
         agent.status()["agent"]["ingest"]["rejected"].as_u64() >= Some(3)
     }));
 }
+
+#[test]
+fn an_agent_at_the_packaged_configuration_rewrites_no_status_in_its_queue_directory() {
+    // Both status files are rewritten every second; packaged, they live in `/run` (tmpfs) and
+    // the queue directory on the flash holds only the store. Here `/run` is the test's directory.
+    use edgewatch_harness::agent::AgentProcess;
+    use edgewatch_harness::process::Launch;
+    let broker = Mosquitto::start().unwrap();
+    let _collector = Collector::start(broker.addr()).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("edgewatch-agent-test-")
+        .tempdir()
+        .unwrap();
+    let config = util::packaged_config(dir.path(), broker.addr(), "truck-17", 0);
+    let mut agent = AgentProcess::start(
+        std::path::Path::new(BIN),
+        dir.path(),
+        &config,
+        Launch::new("info"),
+    )
+    .unwrap();
+    agent.wait_for_socket(Duration::from_secs(20)).unwrap();
+    let status = || -> serde_json::Value {
+        let output = agent.command(&["status", "--json"]).unwrap();
+        serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            status()["agent_running"] == true && status()["queue"]["tiers"].is_array()
+        }),
+        "no status with the queue's: {}\n{}",
+        status(),
+        agent.log()
+    );
+    // Several rewrites of both.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut in_queue_dir: Vec<String> = std::fs::read_dir(dir.path().join("queue"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    in_queue_dir.sort();
+    assert_eq!(in_queue_dir, ["queue.log"], "{}", agent.log());
+    // What `status` shows of the queue is the snapshot beside the agent's status file.
+    let shown = status();
+    let snapshot = edgewatch_queue::read_snapshot(&dir.path().join("queue-status")).unwrap();
+    assert_eq!(shown["queue"]["epoch"].as_u64(), Some(snapshot.epoch));
+    assert_ne!(snapshot.epoch, 0);
+}

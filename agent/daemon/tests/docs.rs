@@ -269,6 +269,11 @@ fn the_packaged_configuration_passes_check_config_and_keeps_state_where_the_unit
     assert_eq!(config.queue.dir, Path::new("/var/lib/edgewatch-agent"));
     assert!(config.ingest.socket.starts_with("/run/edgewatch"));
     assert!(config.status_file.starts_with("/run/edgewatch"));
+    // The queue's snapshot, rewritten every second, is volatile too: on tmpfs, not the eMMC.
+    assert_eq!(
+        config.queue.queue.get().status_file,
+        Path::new("/run/edgewatch/queue-status")
+    );
     // Certificates are a provisioning step: the shipped file must pass without them.
     assert!(config.uplink.tls.is_none());
     assert!(config.scheduling.idle_priority);
@@ -488,7 +493,10 @@ fn status_fields_named_in_the_runbook_are_in_a_running_agents_status() {
     );
     let mut keys = BTreeSet::new();
     json_keys(&agent.status(), &mut keys);
-    let snapshot = std::fs::read_to_string(agent.dir.path().join("queue").join("status")).unwrap();
+    // No `[status] file` here: the status file is in the queue directory, the snapshot beside it.
+    let status_file = agent.dir.path().join("queue").join("agent-status.json");
+    let snapshot =
+        std::fs::read_to_string(edgewatch_agent::config::queue_status_file(&status_file)).unwrap();
 
     let start = RUNBOOK.find("`--json` prints everything").unwrap();
     let paragraph = &RUNBOOK[start..start + RUNBOOK[start..].find("\n\n").unwrap()];

@@ -421,8 +421,8 @@ fn eio_injected_and_stopped(ops: Ops) -> (EioCounts, EioCounts) {
     );
     // The failed commit meets EIO on the store's handle, and each reopen attempt on a new
     // handle of its own: the status counts them exactly, as the handles that met the fault.
-    // (The queue's status snapshot beside the store is a new file each time: refused before
-    // any handle exists while creations fail, and never synced.) Two reopen attempts at least.
+    // (The queue's status snapshot is beside the status file, outside the failing directory,
+    // and opens no handle there.) Two reopen attempts at least.
     let attempts_shown = || {
         let failed = injector.counts().unwrap().handles_failed - at_fault.handles_failed;
         let attempts = store_status(&agent)["attempts"].as_u64().unwrap_or(0);

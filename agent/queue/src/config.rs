@@ -78,8 +78,11 @@ pub const LOSS_RESERVE_BYTES: u64 = 4096;
 /// Queue settings as the agent's configuration states them, not yet validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawQueueConfig {
-    /// Directory holding the store (`queue.log/`), the status snapshot and the quarantine folder.
+    /// Directory holding the store (`queue.log/`) and the quarantine folder.
     pub dir: PathBuf,
+    /// The status snapshot for other processes (rewritten every `status_interval`, never
+    /// fsynced): `<dir>/status` by default; the agent puts it on tmpfs, off the flash.
+    pub status_file: PathBuf,
     /// Accepted and ignored (it was the old store's page cache); still checked for its range.
     pub cache_bytes: u64,
     /// Total bytes of stored records (key + value) over all tiers.
@@ -117,8 +120,10 @@ pub struct RawQueueConfig {
 impl RawQueueConfig {
     /// Defaults for a queue kept in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
+            status_file: dir.join(crate::status::SNAPSHOT_FILE),
+            dir,
             cache_bytes: DEFAULT_CACHE_BYTES,
             budget_bytes: DEFAULT_BUDGET_BYTES,
             share_percent: DEFAULT_SHARE_PERCENT,
@@ -153,6 +158,9 @@ impl QueueConfig {
         let bad = |key: &str, reason: &str| Err(ConfigError::new(key, reason));
         if raw.dir.as_os_str().is_empty() {
             return bad("dir", "must name a directory");
+        }
+        if raw.status_file.file_name().is_none() {
+            return bad("status_file", "must name a file");
         }
         if raw.cache_bytes < 1024 * 1024 || raw.cache_bytes > 1024 * 1024 * 1024 {
             return bad("cache_bytes", "must be between 1 MiB and 1 GiB");
@@ -256,6 +264,15 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(RawQueueConfig::new("/tmp/q").validate().is_ok());
+    }
+
+    #[test]
+    fn the_snapshot_is_in_the_directory_by_default_and_must_name_a_file() {
+        let config = RawQueueConfig::new("/tmp/q");
+        assert_eq!(config.status_file, std::path::Path::new("/tmp/q/status"));
+        let mut config = RawQueueConfig::new("/tmp/q");
+        config.status_file = PathBuf::from("/");
+        assert_eq!(config.validate().unwrap_err().key, "status_file");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   it. Frames carry the generation of the state they need: recovery drops frames whose state
 //!   never became durable, so a commit is all or nothing, across tiers, through a crash.
 //! - A failed commit truncates what it appended and changes nothing in memory.
-//! - A segment is unlinked only after a durable state has removed every record in it.
+//! - A segment is unlinked only after a durable state has removed every record in it; a tier's
+//!   last segment, drained, is kept for the next appends while it is under `KEEP_DRAINED_BYTES`.
 //! - Recovery reads the newest valid state slot, scans every frame (checking each record's
 //!   CRC32C), truncates a torn or uncommitted tail and reports records that fail their checks.
 //!
@@ -155,6 +156,12 @@ impl Loaded {
 
 /// A segment takes no more appends once it holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
+/// A tier's last segment is kept when every record in it is removed, as long as it is smaller
+/// than this: the next appends go into it instead of a file created, synced into the directory
+/// and unlinked again for each event of a quiet tier. A larger drained segment is unlinked, so a
+/// drained log holds at most this much per tier.
+const KEEP_DRAINED_BYTES: u64 = 1024 * 1024;
+
 /// Bytes of a frame before its value.
 pub const FRAME_HEADER: usize = 8;
 /// Largest value a frame may carry (a longer length is garbage, not a record).
@@ -1593,7 +1600,10 @@ impl Log {
             loop {
                 let all_removed = match (tier.segments.front(), tier.segments.get(1)) {
                     (Some(_), Some(next)) => next.first_seq <= tier.removal.below,
-                    (Some(_), None) => tier.last_seq < tier.removal.below,
+                    // The last one, drained, takes the next appends unless it is large.
+                    (Some(last), None) => {
+                        tier.last_seq < tier.removal.below && last.len >= KEEP_DRAINED_BYTES
+                    }
                     (None, _) => false,
                 };
                 if !all_removed {
@@ -2100,6 +2110,34 @@ mod tests {
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), full as u64);
         append(&log, 0, 4..=4);
         assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_small_drained_last_segment_is_kept_for_the_next_appends() {
+        // A quiet tier (an event now and then, acknowledged before the next) writes into one
+        // file instead of creating, syncing into the directory and unlinking one per event.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 0, 1..=3);
+        log.write(|tx| tx.remove_range(0, 1, 3, |_| {})).unwrap();
+        let segment = path.join(segment_name(0, 1));
+        assert!(segment.exists());
+        assert_eq!(seqs(&log, 0), Vec::<u64>::new());
+        append(&log, 0, 4..=4);
+        let segments = std::fs::read_dir(&path)
+            .unwrap()
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                parse_segment_name(name.to_str().unwrap()).is_some()
+            })
+            .count();
+        assert_eq!(segments, 1, "the fourth record went into the kept segment");
+        assert_eq!(seqs(&log, 0), vec![4]);
+        drop(log);
+        let log = Log::open(&path, false).unwrap();
+        assert_eq!(seqs(&log, 0), vec![4]);
+        assert_eq!(log.load().unwrap().state.records.safety, 1);
     }
 
     #[test]

@@ -338,6 +338,9 @@ pub struct FlushOutcome {
     pub lost: PerTier<u64>,
     /// False if there was nothing to write and no transaction was committed.
     pub committed: bool,
+    /// True for a safety commit ([`Queue::flush_scheduled`]): it wrote the safety appends only;
+    /// the other appends, acknowledgements, dead letters and key-value entries keep waiting.
+    pub safety_only: bool,
     /// Sequence ranges (inclusive) dropped since the previous flush returned, by a failed flush
     /// an `append` ran by itself: awaiting callers must stop waiting for them.
     pub refused: PerTier<Option<(u64, u64)>>,
@@ -620,7 +623,7 @@ impl Queue {
             batch_index: Vec::new(),
             batch_bytes: Vec::new(),
             status_text: String::with_capacity(2048),
-            snapshot_paths: status::SnapshotPaths::in_dir(&config.get().dir),
+            snapshot_paths: status::SnapshotPaths::at(&config.get().status_file),
             config,
         }
     }
@@ -1219,9 +1222,16 @@ impl Queue {
         }
         match self.commit_safety() {
             Ok(outcome) => Ok(outcome),
-            // The full flush meets the store's failure as any flush does (holding, refusing,
-            // quarantining).
-            Err(_) => self.flush(now),
+            // Damage: the full flush meets it as any flush does (quarantining).
+            Err(StoreError::Corrupt(_)) => self.flush(now),
+            // An I/O error or a full disk: the store is closed as after any failed commit (held,
+            // refused, reopened with backoff), never written again through the handle that met
+            // it, as a full flush on the same store would.
+            Err(error) => {
+                let error = self.store_failed(error, now);
+                let refused = std::mem::take(&mut self.refused);
+                Err(FlushError { refused, ..error })
+            }
         }
     }
 
@@ -1254,8 +1264,14 @@ impl Queue {
         let stored = |frames: &Frames| frames.value_bytes() + record::KEY_LEN * frames.records();
         let safety_bytes = stored(&pending.frames[0]);
         let bulk_bytes = stored(&pending.frames[1]) + stored(&pending.frames[2]);
+        // Waiting beside the safety appends and no SLO or debug append: acknowledgements, dead
+        // letters, a key-value entry staged before them. They change the state, so carrying them
+        // would add a state slot's write and `fdatasync` to every safety event's commit (an event
+        // acknowledged before the next is appended, at any steady rate); they keep their own
+        // deadline instead, and one state write carries them all.
+        let only_state_waits = bulk_bytes == 0 && pending.bulk_since.is_some();
         // Over its cap the safety tier evicts, which the full commit does and reports.
-        bulk_bytes > SAFETY_CARRY_BYTES
+        (bulk_bytes > SAFETY_CARRY_BYTES || only_state_waits)
             && self.state.bytes.safety + safety_bytes <= self.config.cap(0)
     }
 
@@ -1298,6 +1314,7 @@ impl Queue {
             },
             lost: PerTier::default(),
             committed: true,
+            safety_only: true,
             refused: PerTier::default(),
         })
     }
@@ -1385,6 +1402,7 @@ impl Queue {
                 written: PerTier::default(),
                 lost: PerTier::default(),
                 committed: false,
+                safety_only: false,
                 refused: PerTier::default(),
             });
         }
@@ -1603,6 +1621,7 @@ impl Queue {
             written,
             lost,
             committed: true,
+            safety_only: false,
             refused: PerTier::default(),
         })
     }
@@ -2199,6 +2218,13 @@ fn open_store(config: &QueueConfig, now: SystemTime) -> Result<Opened, QueueErro
         Err(StoreError::Locked) => return Err(QueueError::AlreadyOpen(path)),
         Err(error) => return Err(unavailable(&path, &error)),
     };
+    // The store is ours (locked) and any quarantine has read its bound: a snapshot that an
+    // older version kept in the directory, when this queue's is elsewhere, is stale from now on.
+    let legacy = status::SnapshotPaths::at(&dir.join(status::SNAPSHOT_FILE));
+    if legacy.file() != config.get().status_file {
+        remove_any(legacy.file());
+        remove_any(legacy.tmp());
+    }
     Ok(Opened {
         store,
         loaded,
@@ -2384,7 +2410,11 @@ fn quarantine(
         }
         _ => {}
     }
-    let snapshot = status::read_snapshot(dir).ok().filter(|s| s.epoch != 0);
+    // The first open after an upgrade finds the snapshot where the older version kept it.
+    let snapshot = status::read_snapshot(&config.get().status_file)
+        .or_else(|_| status::read_snapshot(&dir.join(status::SNAPSHOT_FILE)))
+        .ok()
+        .filter(|s| s.epoch != 0);
     let mut state = Persisted::fresh(new_epoch(now));
     let mut salvaged = PerTier::<TierSalvage>::default();
     let mut bound = None;

@@ -1,11 +1,15 @@
 //! Queue status for the agent's `status` command, and the snapshot file through which a second
 //! process reads it while the agent runs.
 //!
-//! One process at a time opens the store (it is locked), so the agent's queue writes `status`
-//! in the queue directory at most every `status_interval` (at a flush, and when it opens):
-//! written to `status.tmp`, then renamed over `status`, so a reader sees the old or the new
-//! snapshot, never a torn one, and never blocks the agent. The snapshot is not fsynced: after a power cut it may be
-//! older than the queue.
+//! One process at a time opens the store (it is locked), so the queue writes its snapshot to
+//! `status_file` at most every `status_interval` (at a flush, and when it opens): written to
+//! `<status_file>.tmp`, then renamed over `status_file`, so a reader sees the old or the new
+//! snapshot, never a torn one, and never blocks the agent. The snapshot is volatile by nature: it
+//! is not fsynced (after a power cut it may be older than the queue, or gone), and the agent
+//! keeps it on tmpfs beside its own status file, off the flash the queue wears: rewritten every
+//! second in the queue directory it cost a journal commit every few seconds, most of an idle
+//! agent's writes. By default (a queue used on its own) it is `<dir>/status`; a queue whose
+//! snapshot lives elsewhere removes that file of older versions when it opens.
 //!
 //! ```text
 //! edgewatch-queue-status 1
@@ -37,9 +41,9 @@ use std::time::Duration;
 
 use edgewatch_proto::tier::{self, PerTier};
 
-/// File name of the snapshot in the queue directory.
+/// File name of the snapshot in the queue directory, the default `status_file` (and where
+/// versions before it could be set kept it).
 pub const SNAPSHOT_FILE: &str = "status";
-const SNAPSHOT_TMP: &str = "status.tmp";
 const MAGIC: &str = "edgewatch-queue-status 1";
 
 /// One tier's state.
@@ -119,18 +123,30 @@ pub struct SnapshotPaths {
 }
 
 impl SnapshotPaths {
-    /// The snapshot paths of the queue in `dir`.
-    pub fn in_dir(dir: &Path) -> Self {
+    /// The snapshot at `file`, through `<file>.tmp`.
+    pub fn at(file: &Path) -> Self {
+        let mut tmp = file.as_os_str().to_owned();
+        tmp.push(".tmp");
         Self {
-            file: dir.join(SNAPSHOT_FILE),
-            tmp: dir.join(SNAPSHOT_TMP),
+            file: file.to_owned(),
+            tmp: tmp.into(),
         }
+    }
+
+    /// The snapshot file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Its temporary, renamed over it.
+    pub fn tmp(&self) -> &Path {
+        &self.tmp
     }
 }
 
-/// Writes `status` atomically into `dir` (temp file + rename), formatting into `text`.
-pub fn write_snapshot(dir: &Path, status: &QueueStatus, text: &mut String) -> std::io::Result<()> {
-    write_snapshot_to(&SnapshotPaths::in_dir(dir), status, text)
+/// Writes `status` atomically to `file` (temp file + rename), formatting into `text`.
+pub fn write_snapshot(file: &Path, status: &QueueStatus, text: &mut String) -> std::io::Result<()> {
+    write_snapshot_to(&SnapshotPaths::at(file), status, text)
 }
 
 /// Writes `status` atomically to `paths`, formatting into `text` (no allocation once `text` has
@@ -190,9 +206,9 @@ pub fn write_snapshot_to(
     std::fs::rename(&paths.tmp, &paths.file)
 }
 
-/// Reads the snapshot the agent's queue wrote in `dir`, without opening the queue.
-pub fn read_snapshot(dir: &Path) -> Result<QueueStatus, SnapshotError> {
-    let text = std::fs::read_to_string(dir.join(SNAPSHOT_FILE))?;
+/// Reads the snapshot a queue wrote to `file` (its `status_file`), without opening the queue.
+pub fn read_snapshot(file: &Path) -> Result<QueueStatus, SnapshotError> {
+    let text = std::fs::read_to_string(file)?;
     parse(&text)
 }
 
@@ -312,8 +328,10 @@ mod tests {
             append_bytes_per_second: 12.5,
         };
         let mut text = String::new();
-        write_snapshot(dir.path(), &status, &mut text).unwrap();
-        assert_eq!(read_snapshot(dir.path()).unwrap(), status);
+        let file = dir.path().join("queue-status");
+        write_snapshot(&file, &status, &mut text).unwrap();
+        assert_eq!(read_snapshot(&file).unwrap(), status);
+        assert!(!dir.path().join("queue-status.tmp").exists());
     }
 
     #[test]

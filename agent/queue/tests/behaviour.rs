@@ -400,6 +400,74 @@ fn the_offline_window_alarm_is_raised_once_then_rearms_with_hysteresis() {
 }
 
 #[test]
+fn a_queue_whose_snapshot_lives_elsewhere_writes_nothing_in_its_directory_but_the_store() {
+    // The agent's layout: the snapshot, rewritten every second, on tmpfs beside the agent's
+    // status file; the queue directory (on the flash) holds only what must survive.
+    let (dir, run) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config = roomy_config(dir.path());
+    config.status_file = run.path().join("queue-status");
+    let (mut queue, _) = Queue::open(config, t0()).unwrap();
+    queue
+        .append(Tier::Safety, &named_event("a", 1), at_ms(1))
+        .unwrap();
+    queue.flush(at_ms(2)).unwrap();
+    for second in 1..=3 {
+        queue.refresh_status_snapshot(at_ms(second * 1000));
+    }
+    let snapshot = read_snapshot(&run.path().join("queue-status")).unwrap();
+    assert_eq!(snapshot.epoch, queue.epoch());
+    assert_eq!(snapshot.as_of_unix_ms, 1_700_000_003_000);
+    assert_eq!(
+        (
+            snapshot.tiers.safety.records,
+            snapshot.tiers.safety.durable_seq
+        ),
+        (1, 1)
+    );
+    let names = |path: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(dir.path()), ["queue.log"]);
+    assert_eq!(names(run.path()), ["queue-status"]);
+}
+
+#[test]
+fn a_stale_snapshot_an_older_version_left_in_the_queue_directory_is_removed_at_open() {
+    let (dir, run) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // An older version's queue: its snapshot (and an interrupted rewrite's temporary) in the
+    // queue directory.
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    queue
+        .append(Tier::Slo, &named_event("a", 1), at_ms(1))
+        .unwrap();
+    queue.flush(at_ms(2)).unwrap();
+    queue.refresh_status_snapshot(at_ms(3));
+    drop(queue);
+    let legacy = dir.path().join("status");
+    std::fs::copy(&legacy, dir.path().join("status.tmp")).unwrap();
+    assert_eq!(read_snapshot(&legacy).unwrap().tiers.slo.records, 1);
+
+    let mut config = roomy_config(dir.path());
+    config.status_file = run.path().join("queue-status");
+    let (mut queue, _) = Queue::open(config, at_ms(10)).unwrap();
+    assert!(!legacy.exists() && !dir.path().join("status.tmp").exists());
+    // What a reader finds is the running queue's, never the stale one.
+    let epoch = queue.epoch();
+    assert!(queue.ack(Tier::Slo, epoch, 1..=1, at_ms(11)));
+    queue.flush(at_ms(12)).unwrap();
+    queue.refresh_status_snapshot(at_ms(13));
+    let snapshot = read_snapshot(&run.path().join("queue-status")).unwrap();
+    assert_eq!(snapshot.tiers.slo.records, 0);
+    assert_eq!(snapshot.tiers.slo.durable_seq, 1);
+    assert!(!legacy.exists());
+}
+
+#[test]
 fn a_second_reader_gets_the_status_from_the_snapshot_while_the_queue_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
@@ -411,7 +479,7 @@ fn a_second_reader_gets_the_status_from_the_snapshot_while_the_queue_is_open() {
         Queue::open(roomy_config(dir.path()), at_ms(5001)),
         Err(QueueError::AlreadyOpen(_))
     ));
-    let snapshot = read_snapshot(dir.path()).unwrap();
+    let snapshot = read_snapshot(&dir.path().join("status")).unwrap();
     assert_eq!(snapshot.epoch, queue.epoch());
     assert_eq!(snapshot.tiers.slo.records, 1);
     assert_eq!(snapshot.tiers.slo.durable_seq, 1);

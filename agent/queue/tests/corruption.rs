@@ -186,7 +186,9 @@ fn damaged_dir(pristine: &Path, store: &[u8], layout: &[(String, usize)]) -> tem
 }
 
 fn snapshot_epoch(dir: &Path) -> u64 {
-    edgewatch_queue::read_snapshot(dir).unwrap().epoch
+    edgewatch_queue::read_snapshot(&dir.join("status"))
+        .unwrap()
+        .epoch
 }
 
 #[test]

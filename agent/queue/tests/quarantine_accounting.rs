@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use edgewatch_proto::v1::{LossCause, QueueLoss, Tier};
-use edgewatch_queue::{PerTier, Queue, QueueStatus};
+use edgewatch_queue::{PerTier, Queue, QueueStatus, RawQueueConfig};
 use util::*;
 
 /// Records appended per tier, then the oldest `acked` of each tier acknowledged.
@@ -30,7 +30,12 @@ const ACKED: PerTier<u64> = PerTier {
 /// loop rewrote its snapshot. Returns the queue's epoch, the status it last reported, and
 /// seq → name per tier of the records it holds.
 fn filled(dir: &Path) -> (u64, QueueStatus, BTreeMap<(Tier, u64), String>) {
-    let (mut queue, _) = Queue::open(roomy_config(dir), t0()).unwrap();
+    filled_with(roomy_config(dir))
+}
+
+/// [`filled`], with the queue's snapshot where `config` puts it.
+fn filled_with(config: RawQueueConfig) -> (u64, QueueStatus, BTreeMap<(Tier, u64), String>) {
+    let (mut queue, _) = Queue::open(config, t0()).unwrap();
     let mut names = BTreeMap::new();
     for (ix, tier) in [Tier::Safety, Tier::Slo, Tier::Debug]
         .into_iter()
@@ -81,8 +86,53 @@ fn a_store_that_will_not_open_reports_each_tiers_records_under_the_old_epoch_fro
     let (old_epoch, before, _) = filled(dir.path());
     replace_store(dir.path(), &[0x5a; 65_536]);
 
-    let (mut queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
+    let (queue, report) = Queue::open(roomy_config(dir.path()), at_ms(10)).unwrap();
     assert!(report.quarantined.is_some());
+    assert_reported_from_the_snapshot(queue, old_epoch, &before);
+}
+
+/// The agent's layout: the snapshot on tmpfs beside the agent's status file, not in the queue
+/// directory.
+fn snapshot_elsewhere(dir: &Path, run: &Path) -> RawQueueConfig {
+    let mut config = roomy_config(dir);
+    config.status_file = run.join("queue-status");
+    config
+}
+
+#[test]
+fn a_snapshot_kept_outside_the_queue_directory_bounds_a_quarantine_as_one_inside_it_did() {
+    let (dir, run) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (old_epoch, before, _) = filled_with(snapshot_elsewhere(dir.path(), run.path()));
+    assert!(!dir.path().join("status").exists());
+    replace_store(dir.path(), &[0x5a; 65_536]);
+
+    let config = snapshot_elsewhere(dir.path(), run.path());
+    let (queue, report) = Queue::open(config, at_ms(10)).unwrap();
+    assert!(report.quarantined.is_some());
+    assert_reported_from_the_snapshot(queue, old_epoch, &before);
+}
+
+#[test]
+fn the_first_open_after_an_upgrade_bounds_a_quarantine_by_the_snapshot_the_older_version_left() {
+    // The older version kept its snapshot in the queue directory; the new one keeps it elsewhere,
+    // where nothing is yet when the damaged store is found.
+    let (dir, run) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (old_epoch, before, _) = filled(dir.path());
+    assert!(dir.path().join("status").exists());
+    replace_store(dir.path(), &[0x5a; 65_536]);
+
+    let config = snapshot_elsewhere(dir.path(), run.path());
+    let (queue, report) = Queue::open(config, at_ms(10)).unwrap();
+    assert!(report.quarantined.is_some());
+    assert!(
+        !dir.path().join("status").exists(),
+        "the old snapshot is removed once read"
+    );
+    assert_reported_from_the_snapshot(queue, old_epoch, &before);
+}
+
+/// The quarantine reports of a store whose state was lost, bounded by the snapshot `before`.
+fn assert_reported_from_the_snapshot(mut queue: Queue, old_epoch: u64, before: &QueueStatus) {
     assert_ne!(queue.epoch(), old_epoch);
     let reports = quarantine_reports(&mut queue);
     let expected = |tier: Tier, ix: usize| {

@@ -1,7 +1,9 @@
 //! Flush scheduling: a safety commit carries the SLO and debug appends waiting beside it only while
-//! they are small ([`SAFETY_CARRY_BYTES`]), leaves them waiting otherwise, never separates a
-//! key-value entry from the appends made ahead of it nor a safety append from the entry staged
-//! after it, and an append that flushed by itself makes the next flush due at once.
+//! they are small ([`SAFETY_CARRY_BYTES`]), leaves them waiting otherwise, leaves
+//! acknowledgements waiting alone for their own interval (no state write per safety event),
+//! never separates a key-value entry from the appends made ahead of it nor a safety append from
+//! the entry staged after it, and an append that flushed by itself makes the next flush due at
+//! once.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
@@ -171,4 +173,54 @@ fn an_append_that_flushed_by_itself_makes_the_next_flush_due_at_once() {
         .unwrap();
     assert!(!again.committed);
     assert_eq!(again.durable, outcome.durable);
+}
+
+#[test]
+fn an_acknowledgement_waiting_alone_keeps_its_own_interval_instead_of_riding_with_a_safety_commit()
+{
+    // At a steady rate each safety event is acknowledged before the next is appended: carried by
+    // the next event's commit, every acknowledgement would add a state slot's write and
+    // `fdatasync` to it. Waiting for its own interval, one state write carries a second's worth.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), t0()).unwrap();
+    let epoch = queue.epoch();
+    queue
+        .append(Tier::Safety, &named_event("s1", 10), at_ms(0))
+        .unwrap();
+    queue.flush_scheduled(at_ms(10)).unwrap();
+    assert!(queue.ack(Tier::Safety, epoch, 1..=1, at_ms(20)));
+    queue
+        .append(Tier::Safety, &named_event("s2", 10), at_ms(25))
+        .unwrap();
+    assert_eq!(queue.next_flush_at(), Some(at_ms(35)));
+    let outcome = queue.flush_scheduled(at_ms(35)).unwrap();
+    assert_eq!(outcome.durable.safety, 2);
+    assert_eq!(
+        queue.next_flush_at(),
+        Some(at_ms(20) + Duration::from_secs(1)),
+        "the acknowledgement waits for the bulk interval"
+    );
+    // A crash now loses the acknowledgement, not a record: the first is sent again (the gateway
+    // de-duplicates), as after any acknowledgement not yet flushed.
+    drop(queue);
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), at_ms(40)).unwrap();
+    let all = read_everything(&mut queue);
+    assert_eq!(
+        all.keys().copied().collect::<Vec<_>>(),
+        vec![(Tier::Safety, 1), (Tier::Safety, 2)]
+    );
+    // At its deadline it is written, with the others of that second.
+    assert!(queue.ack(Tier::Safety, epoch, 1..=1, at_ms(50)));
+    queue
+        .append(Tier::Safety, &named_event("s3", 10), at_ms(60))
+        .unwrap();
+    queue.flush_scheduled(at_ms(70)).unwrap();
+    assert!(queue.ack(Tier::Safety, epoch, 2..=3, at_ms(80)));
+    assert_eq!(queue.next_flush_at(), Some(at_ms(1050)));
+    let outcome = queue.flush_scheduled(at_ms(1050)).unwrap();
+    assert!(outcome.committed);
+    assert_eq!(queue.next_flush_at(), None);
+    drop(queue);
+    let (mut queue, _) = Queue::open(roomy_config(dir.path()), at_ms(2000)).unwrap();
+    assert!(read_everything(&mut queue).is_empty());
 }

@@ -206,7 +206,10 @@ impl Agent {
         let text = std::fs::read_to_string(&self.paths.status).ok()?;
         let status: serde_json::Value = serde_json::from_str(&text).ok()?;
         let uplink = &status["uplink"];
-        let queue = edgewatch_queue::read_snapshot(&self.paths.queue).ok()?;
+        let queue = edgewatch_queue::read_snapshot(&edgewatch_agent::config::queue_status_file(
+            &self.paths.status,
+        ))
+        .ok()?;
         let tiers = [queue.tiers.safety, queue.tiers.slo, queue.tiers.debug];
         let queued: u64 = tiers.iter().map(|t| t.durable_seq).sum();
         let backlog: u64 = tiers.iter().map(|t| t.records).sum();
