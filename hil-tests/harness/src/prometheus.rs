@@ -122,16 +122,9 @@ impl Prometheus {
     pub fn load_rules(&self, yaml: &str) -> Result<()> {
         std::fs::write(self.dir.path().join(RULE_FILE), yaml)
             .map_err(HarnessError::io("writing the rule file"))?;
-        let answer = http_request(self.addr(), "POST", "/-/reload")
+        let answer = http_request(self.addr(), "POST", "/-/reload", "", &[])
             .map_err(HarnessError::io("asking Prometheus to reload"))?;
-        if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
-            Ok(())
-        } else {
-            Err(HarnessError::Config(format!(
-                "Prometheus refused the rules: {}",
-                answer.lines().last().unwrap_or_default()
-            )))
-        }
+        expect_status(&answer, 200, "Prometheus refused the rules")
     }
 
     /// Writes `harness_head_anchor 1` at the current time (see the module doc).
@@ -149,16 +142,20 @@ impl Prometheus {
         let body = snap::raw::Encoder::new()
             .compress_vec(&write_request(metric, samples))
             .map_err(|error| HarnessError::Config(format!("snappy: {error}")))?;
-        let answer = http_post(self.addr(), "/api/v1/write", &body)
-            .map_err(HarnessError::io("remote-writing to Prometheus"))?;
-        if answer.starts_with("HTTP/1.0 204") || answer.starts_with("HTTP/1.1 204") {
-            Ok(())
-        } else {
-            Err(HarnessError::Config(format!(
-                "Prometheus refused samples of {metric}: {}",
-                answer.lines().last().unwrap_or_default()
-            )))
-        }
+        let answer = http_request(
+            self.addr(),
+            "POST",
+            "/api/v1/write",
+            "Content-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\n\
+             X-Prometheus-Remote-Write-Version: 0.1.0\r\n",
+            &body,
+        )
+        .map_err(HarnessError::io("remote-writing to Prometheus"))?;
+        expect_status(
+            &answer,
+            204,
+            &format!("Prometheus refused samples of {metric}"),
+        )
     }
 
     /// The server's log, for diagnostics.
@@ -232,17 +229,41 @@ fn spawn(
     })
 }
 
-/// The whole answer to `method path` (no body) over plain HTTP/1.0.
-fn http_request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
+/// The whole answer to `method path` over plain HTTP/1.0, sending `headers` (each line ending in
+/// `\r\n`) and `body`.
+fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(
         stream,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
     )?;
+    stream.write_all(body)?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
     Ok(answer)
+}
+
+/// `Ok` when `answer` has status `code`; otherwise an error saying `refused` and the answer's
+/// last line (Prometheus puts its reason there).
+fn expect_status(answer: &str, code: u16, refused: &str) -> Result<()> {
+    if answer.starts_with(&format!("HTTP/1.0 {code}"))
+        || answer.starts_with(&format!("HTTP/1.1 {code}"))
+    {
+        Ok(())
+    } else {
+        Err(HarnessError::Config(format!(
+            "{refused}: {}",
+            answer.lines().last().unwrap_or_default()
+        )))
+    }
 }
 
 /// A remote-write 1.0 `WriteRequest` of one series, `metric` with `samples`, encoded by hand
@@ -276,23 +297,6 @@ fn write_request(metric: &str, samples: &[(i64, f64)]) -> Vec<u8> {
     let mut request = Vec::new();
     length_delimited(&mut request, 1, &series);
     request
-}
-
-/// The whole answer to a remote-write `POST path` of `body` (snappy-compressed protobuf).
-fn http_post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n\
-         Content-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n\
-         Content-Length: {}\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    Ok(answer)
 }
 
 /// Status code of `GET path` over plain HTTP/1.0, or `None` if nothing answered.
