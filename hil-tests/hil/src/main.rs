@@ -364,6 +364,13 @@ fn ladder(
                     r.nonvoluntary,
                     r.reference.nonvoluntary
                 );
+                for c in &r.checks {
+                    if c.skipped {
+                        println!("  SKIP {}: {}", c.name, c.detail);
+                    } else if !c.pass {
+                        println!("  FAIL {}: {}", c.name, c.detail);
+                    }
+                }
                 pass &= r.pass();
                 Some(r)
             }

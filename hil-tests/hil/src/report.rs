@@ -66,7 +66,11 @@ fn checks_table(out: &mut String, checks: &[Check]) {
             out,
             "| {} | {} | {} |",
             c.name,
-            if c.pass { "PASS" } else { "**FAIL**" },
+            match (c.skipped, c.pass) {
+                (true, _) => "SKIP",
+                (false, true) => "PASS",
+                (false, false) => "**FAIL**",
+            },
             c.detail.replace('|', "/")
         );
     }
@@ -193,9 +197,40 @@ pub fn markdown(r: &RunReport<'_>) -> String {
         if let Some(p) = &f.preemption {
             let _ = writeln!(
                 out,
-                "The neighbours explain up to {:.1} of the agent's preemptions (the reference's rate, upper 99.9% bound, times the agent's time on CPU); beyond that: {:.1}, allowance {}.\n",
+                "The neighbours explain up to {:.1} of the agent's preemptions (the reference's rate, upper 99.9% bound, times the agent's time on CPU); beyond that: {:.1}, against the old fixed allowance of {} (reported, not gated: whom a neighbour preempts depends on when both wake).\n",
                 p.neighbours_upper, p.excess, p.allowance
             );
+        }
+        match &f.traced {
+            Ok((agent, reference)) => {
+                let _ = writeln!(
+                    out,
+                    "The scheduler's trace of the window (`sched:sched_switch`), time on a CPU per wake-up and who took the CPU on each preemption:\n\n| | wake-ups | p50 µs | p99 µs | longest µs | preemptions | by (most frequent first) |\n|---|---|---|---|---|---|---|"
+                );
+                for (name, runs) in [("agent", agent), ("reference", reference)] {
+                    let by = runs
+                        .preempted_by
+                        .iter()
+                        .take(4)
+                        .map(|(who, n)| format!("{} ×{n}", who.replace('|', "/")))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let _ = writeln!(
+                        out,
+                        "| {name} | {} | {} | {} | {} | {} | {} |",
+                        runs.wake_up_cpu_ns.len(),
+                        us(runs.wake_up_cpu_quantile(0.5)),
+                        us(runs.wake_up_cpu_quantile(0.99)),
+                        us(runs.longest_wake_up_ns()),
+                        runs.preemptions,
+                        if by.is_empty() { "—".into() } else { by }
+                    );
+                }
+                out.push('\n');
+            }
+            Err(reason) => {
+                let _ = writeln!(out, "SKIP: no scheduler trace: {reason}.\n");
+            }
         }
         let _ = writeln!(
             out,

@@ -74,17 +74,28 @@ fn level_2_footprint_stays_within_its_budgets() {
     assert!(png, "the footprint run charts the loops' latency");
     for check in &result.checks {
         assert!(check.pass, "{}: {}", check.name, check.detail);
+        // As root (CI) the scheduler can be traced: a check it cannot make there is a failure.
+        assert!(
+            !(check.skipped && running_as_root()),
+            "{}: {}",
+            check.name,
+            check.detail
+        );
     }
 }
 
-/// A neighbour on the agent's CPUs that wakes every millisecond for 20 µs of work, at nice 19:
-/// it costs the machine 2% of a core, yet preempts a SCHED_IDLE task that runs when it wakes, as
-/// a shared runner's builds do. Stops (and is joined) on drop.
+/// A neighbour on the agent's CPUs that wakes every millisecond for 20 µs of work, at the
+/// default nice level, as a shared runner's builds do: it costs the machine 2% of a core, yet
+/// preempts a SCHED_IDLE task that runs when it wakes. Its thread is named [`NEIGHBOUR`], so the
+/// scheduler trace can tell its preemptions apart. Stops (and is joined) on drop.
 struct WakingNeighbour {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wakes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
+
+/// The waking neighbour's thread name (the scheduler's `comm`).
+const NEIGHBOUR: &str = "hil-neighbour";
 
 impl WakingNeighbour {
     fn start(cpus: &[usize]) -> Self {
@@ -94,21 +105,22 @@ impl WakingNeighbour {
         let cpus = cpus.to_vec();
         let thread = {
             let (stop, wakes) = (stop.clone(), wakes.clone());
-            std::thread::spawn(move || {
-                if !cpus.is_empty() {
-                    edgewatch_hil::rig::pin_self(&cpus).unwrap();
-                }
-                // SAFETY: setpriority on this thread's own id.
-                unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    let started = std::time::Instant::now();
-                    while started.elapsed() < std::time::Duration::from_micros(20) {
-                        std::hint::spin_loop();
+            std::thread::Builder::new()
+                .name(NEIGHBOUR.into())
+                .spawn(move || {
+                    if !cpus.is_empty() {
+                        edgewatch_hil::rig::pin_self(&cpus).unwrap();
                     }
-                    wakes.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        let started = std::time::Instant::now();
+                        while started.elapsed() < std::time::Duration::from_micros(20) {
+                            std::hint::spin_loop();
+                        }
+                        wakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .expect("spawning the waking neighbour")
         };
         Self {
             stop,
@@ -150,9 +162,9 @@ fn level_2_footprint_holds_beside_a_neighbour_that_keeps_waking_on_the_agents_cp
         text.contains("Preemption against the reference"),
         "see the report above"
     );
-    // The neighbour did wake and preempt: more often than the agent woke (a loaded machine
-    // delays a nice-19 thread too, so not every millisecond), and the agent was preempted
-    // beyond the old fixed bound of 1% of its wake-ups + 5, and the reference alike.
+    // The neighbour did wake, more often than the agent did, and preempted it beyond the fixed
+    // bound the level once gated on (1% of its wake-ups + 5); where the scheduler is traced, the
+    // trace names the neighbour among those that took the agent's CPU.
     assert!(
         wakes > result.voluntary,
         "the neighbour woke {wakes} times, the agent {}",
@@ -160,11 +172,18 @@ fn level_2_footprint_holds_beside_a_neighbour_that_keeps_waking_on_the_agents_cp
     );
     let fixed_bound = result.voluntary / 100 + 5;
     assert!(
-        result.nonvoluntary > fixed_bound && result.reference.nonvoluntary > fixed_bound,
-        "the neighbour preempted too little to show anything: agent {}, reference {}, fixed bound {fixed_bound}",
-        result.nonvoluntary,
-        result.reference.nonvoluntary
+        result.nonvoluntary > fixed_bound,
+        "the neighbour preempted too little to show anything: agent {}, fixed bound {fixed_bound}",
+        result.nonvoluntary
     );
+    match &result.traced {
+        Ok((agent, _)) => assert!(
+            agent.preempted_by.iter().any(|(who, _)| who == NEIGHBOUR),
+            "the trace names who preempted the agent: {:?}",
+            agent.preempted_by
+        ),
+        Err(reason) => assert!(!running_as_root(), "root, yet no scheduler trace: {reason}"),
+    }
     for check in &result.checks {
         assert!(check.pass, "{}: {}", check.name, check.detail);
     }
@@ -294,4 +313,9 @@ fn cyclictest_output_captured_on_this_kind_of_machine_parses() {
         (result.cycles, result.min_us, result.avg_us, result.max_us),
         (954, 7, 79, 8424)
     );
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

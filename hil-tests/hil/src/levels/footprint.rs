@@ -1,21 +1,26 @@
 //! Level 2, footprint: the real agent at 10× production poll rates (probes at ten times the
 //! agent's default `deadline.poll_hz`, sysfs every 100 ms, tegrastats replayed at 10×) over a fake
 //! sysfs tree and two synthetic 1 kHz loops, for a fixed window; gated on what the agent itself
-//! controls — its CPU time, its wake-ups, its heap allocations and its peak RSS — against the
-//! budgets of `docs/hil.md`. Robust on a shared machine: every gated number is the agent's own,
-//! not a timing. Preemption, which the neighbours cause, is measured against a reference process
-//! in the same window (an idle-priority sleeper on the agent's CPUs with the agent's wake-up
-//! pattern), and only what exceeds the reference's share is charged to the agent.
+//! controls — its CPU time, its wake-ups, how long each wake-up keeps a CPU, its heap allocations
+//! and its peak RSS — against the budgets of `docs/hil.md`. Robust on a shared machine: every
+//! gated number is the agent's own, not a timing. Preemption, which the neighbours cause, is
+//! measured and reported, never gated: against a reference process in the same window (an
+//! idle-priority sleeper on the agent's CPUs with the agent's wake-up pattern), and, where the
+//! scheduler can be traced, preemption by preemption with who took the CPU.
 //!
 //! ```text
 //! warm-up (start-up, queue open) ─► calibration (the agent's wake-up rate and CPU per wake-up)
-//!   ─► reference sleeper started with that pattern ─► window: agent and reference counted alike
+//!   ─► reference sleeper started with that pattern ─► window: agent and reference counted alike,
+//!      `sched_switch` traced for both
 //! ```
 //!
 //! Invariants:
 //! - The budgets are the documented constants below; a change to them is a change to the docs.
-//! - No check fails on the neighbours' load: CPU time, wake-ups, allocations and RSS do not
-//!   depend on it, and preemption is charged only beyond the reference's.
+//! - No check fails on the neighbours' load: CPU time, wake-ups, allocations, RSS and the time
+//!   on a CPU per wake-up do not depend on it (a neighbour can only split a wake-up, never
+//!   lengthen its time on a CPU), and preemption is reported, not gated.
+//! - Without a scheduler trace (no root, no tracefs) the wake-up length check is SKIP with the
+//!   reason, never a pass.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +33,7 @@ use crate::rig::{
     AgentSpec, Binaries, LoopProcess, LoopSpec, ProbeSpec, RigAgent, dead_port, default_capture,
     orin_sysfs, scratch,
 };
+use crate::sched_trace::{SchedTrace, TaskRuns};
 use crate::stats::{LatencySummary, Preemption, PreemptionRule, Scheduling};
 
 /// CPU budget: 1% of one core.
@@ -42,11 +48,18 @@ pub const WAKEUPS_BUDGET_PER_S: f64 = 100.0;
 /// to the queue), per second: about 400 are measured (`docs/hil.md`), while an allocation per
 /// probe record (2,000 a second at these rates) or per poll would exceed the budget.
 pub const ALLOCATIONS_BUDGET_PER_S: f64 = 1000.0;
-/// "Near zero" preemptions beyond the reference's share: at most one per 100 voluntary switches
-/// (the agent sleeping on its timers), plus 5 for start-of-window effects. A busy agent would
-/// show them per wake-up, not per hundred.
+/// Time on a CPU per wake-up, 99th percentile: 1 ms. The agent's wake-ups take 50–300 µs at
+/// these rates (`docs/hil.md`); a poll that scans, a commit that copies the queue or a loop that
+/// retries without sleeping shows as milliseconds.
+pub const WAKE_UP_CPU_P99_NS: u64 = 1_000_000;
+/// The longest wake-up: 20 ms, a tenth of the CPU budget's second, so a single hog of a wake-up
+/// fails even when the CPU budget over the window still holds.
+pub const WAKE_UP_CPU_MAX_NS: u64 = 20_000_000;
+/// The preemption comparison with the reference, reported (never gated): preemptions beyond
+/// the reference's share, against one per 100 voluntary switches plus 5, the fixed bound the
+/// level once gated on.
 pub const NONVOLUNTARY_PER_VOLUNTARY: f64 = 0.01;
-/// Constant part of that allowance.
+/// Constant part of that comparison.
 pub const NONVOLUNTARY_SLACK: u64 = 5;
 
 /// Settings of level 2.
@@ -75,7 +88,7 @@ impl Default for FootprintConfig {
 }
 
 /// What level 2 measured.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FootprintReport {
     /// The checks.
     pub checks: Vec<Check>,
@@ -94,8 +107,12 @@ pub struct FootprintReport {
     /// The reference's pattern: wake-ups per second and CPU per wake-up, as calibrated on the
     /// agent.
     pub reference_pattern: (f64, Duration),
-    /// The agent's preemptions set against the reference's (`None`: the reference never ran).
+    /// The agent's preemptions set against the reference's (`None`: the reference never ran);
+    /// reported, not gated.
     pub preemption: Option<Preemption>,
+    /// The scheduler's trace of the window: the agent's threads (merged) and the reference, or
+    /// why there is none.
+    pub traced: Result<(TaskRuns, TaskRuns), String>,
     /// Peak RSS, KiB.
     pub vm_hwm_kib: u64,
     /// RSS at the end, KiB.
@@ -130,6 +147,28 @@ impl FootprintReport {
     pub fn pass(&self) -> bool {
         self.checks.iter().all(|c| c.pass)
     }
+}
+
+/// The trace of a process's threads as one: their wake-ups together, their preemptions summed.
+fn merge_threads(runs: Vec<TaskRuns>, threads: usize) -> TaskRuns {
+    let mut merged = TaskRuns::default();
+    let mut by = std::collections::BTreeMap::<String, u64>::new();
+    for run in runs.into_iter().take(threads) {
+        if merged.tid == 0 {
+            merged.tid = run.tid;
+        }
+        merged.wake_up_cpu_ns.extend(run.wake_up_cpu_ns);
+        merged.preemptions += run.preemptions;
+        for (who, n) in run.preempted_by {
+            *by.entry(who).or_default() += n;
+        }
+    }
+    merged.wake_up_cpu_ns.sort_unstable();
+    merged.preempted_by = by.into_iter().collect();
+    merged
+        .preempted_by
+        .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    merged
 }
 
 /// Ten times the agent's default probe poll rate, the rate this level runs the probes at.
@@ -245,6 +284,10 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
         }
     };
     drain_probes(&mut readers, &mut vec![Vec::new(); 2]);
+    let mut traced_tids = procfs::tasks(pid)?;
+    let agent_threads = traced_tids.len();
+    traced_tids.push(reference.pid());
+    let trace = SchedTrace::start(&traced_tids).map_err(|e| e.to_string());
     let counts0 = counter.read()?;
     let stat0 = procfs::stat(pid)?;
     let agent0 = scheduling(pid)?;
@@ -256,6 +299,12 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
     }
     let agent1 = scheduling(pid)?;
     let reference1 = scheduling(reference.pid())?;
+    let traced = trace
+        .and_then(|t| t.finish().map_err(|e| e.to_string()))
+        .map(|mut runs| {
+            let reference = runs.pop().unwrap_or_default();
+            (merge_threads(runs, agent_threads), reference)
+        });
     let counts1 = counter.read()?;
     let stat1 = procfs::stat(pid)?;
     let window_s = started.elapsed().as_secs_f64();
@@ -287,6 +336,7 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
         reference: reference_window,
         reference_pattern: (rate_hz, work),
         preemption,
+        traced,
         vm_hwm_kib: status.vm_hwm_kib,
         vm_rss_kib: status.vm_rss_kib,
         minor_faults: stat1.minflt - stat0.minflt,
@@ -351,28 +401,33 @@ fn checks(report: &FootprintReport, running: bool) -> Vec<Check> {
             report.vm_rss_kib as f64 / 1024.0
         ),
     ));
-    let name = "Preemptions beyond the reference's share near zero (≤ 1% of voluntary + 5)";
-    checks.push(match &report.preemption {
-        Some(p) => Check::new(
-            name,
-            p.pass,
-            format!(
-                "{} involuntary in {:.1} ms on CPU; the reference: {} in {:.1} ms ({:.0}/s on CPU), so the neighbours explain up to {:.1}; beyond: {:.1} (allowance {})",
-                report.nonvoluntary,
-                report.cpu_ns as f64 / 1e6,
-                report.reference.nonvoluntary,
-                report.reference.run_ns as f64 / 1e6,
-                p.reference_rate_per_s,
-                p.neighbours_upper,
-                p.excess,
-                p.allowance
-            ),
-        ),
-        None => Check::new(
+    let name = format!(
+        "Wake-ups stay short: time on a CPU per wake-up ≤ {} ms at the 99th percentile, ≤ {} ms at most (scheduler trace)",
+        WAKE_UP_CPU_P99_NS / 1_000_000,
+        WAKE_UP_CPU_MAX_NS / 1_000_000
+    );
+    checks.push(match &report.traced {
+        Ok((agent, _)) if agent.wake_up_cpu_ns.is_empty() => Check::new(
             name,
             false,
-            "the reference sleeper never ran: no measure of the neighbours",
+            "the trace holds no complete wake-up of the agent",
         ),
+        Ok((agent, _)) => {
+            let p99 = agent.wake_up_cpu_quantile(0.99);
+            let longest = agent.longest_wake_up_ns();
+            Check::new(
+                name,
+                p99 <= WAKE_UP_CPU_P99_NS && longest <= WAKE_UP_CPU_MAX_NS,
+                format!(
+                    "{} wake-ups traced: p50 {:.0} µs, p99 {:.0} µs, longest {:.0} µs",
+                    agent.wake_up_cpu_ns.len(),
+                    agent.wake_up_cpu_quantile(0.5) as f64 / 1e3,
+                    p99 as f64 / 1e3,
+                    longest as f64 / 1e3
+                ),
+            )
+        }
+        Err(reason) => Check::skip(name, format!("SKIP: no scheduler trace: {reason}")),
     });
     checks
 }

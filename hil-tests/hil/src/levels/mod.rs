@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 pub struct Check {
     /// What must hold, as a sentence.
     pub name: String,
-    /// Whether it held.
+    /// Whether it held (a skipped check did not fail).
     pub pass: bool,
-    /// The measured numbers behind it.
+    /// It could not be measured here; [`Self::detail`] says why.
+    pub skipped: bool,
+    /// The measured numbers behind it, or the reason for the SKIP.
     pub detail: String,
 }
 
@@ -29,7 +31,19 @@ impl Check {
         Self {
             name: name.into(),
             pass,
+            skipped: false,
             detail: detail.into(),
+        }
+    }
+
+    /// A check this machine cannot make, with the reason: it neither passes nor fails the level,
+    /// and the report shows SKIP.
+    pub fn skip(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            pass: true,
+            skipped: true,
+            detail: reason.into(),
         }
     }
 }
