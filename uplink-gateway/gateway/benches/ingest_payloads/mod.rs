@@ -16,8 +16,9 @@ pub const MACHINES: u64 = 100;
 pub const BATCHES_PER_MACHINE: u64 = 20;
 /// Events per batch.
 pub const EVENTS_PER_BATCH: u64 = 50;
-/// Messages per ingest call (one durable commit), as `run` groups them.
-pub const GROUP: usize = 64;
+/// Messages per ingest call (one durable commit), as `run` groups them with a backlog waiting:
+/// the packaged default Receive Maximum, the most messages the broker sends unacknowledged.
+pub const GROUP: usize = edgewatch_gateway::config::DEFAULT_RECEIVE_MAXIMUM as usize;
 
 const DAY_NS: i64 = 86_400_000_000_000;
 
