@@ -48,13 +48,19 @@ pub struct SchedTrace {
     tids: Vec<u32>,
 }
 
-/// Per-CPU ring buffer of the instance, KiB: a minute of two threads waking 100 times a second
-/// is about 25,000 events of ~60 bytes; room for four times that on one CPU.
-const BUFFER_KIB: u32 = 8192;
+/// Ring buffer per CPU and second of window, KiB: a thread waking 100 times a second and
+/// preempted as often makes about 300 switch events a second, ~70 bytes each; this holds three
+/// such threads on one CPU.
+const BUFFER_KIB_PER_S: u64 = 64;
+/// Bounds of the per-CPU buffer, KiB (the kernel allocates it on every CPU).
+const BUFFER_KIB_MIN: u64 = 1024;
+const BUFFER_KIB_MAX: u64 = 65_536;
 
 impl SchedTrace {
-    /// Starts tracing `sched_switch` events in which one of `tids` is switched out or in.
-    pub fn start(tids: &[u32]) -> Result<Self, TraceError> {
+    /// Starts tracing `sched_switch` events in which one of `tids` is switched out or in, with
+    /// ring buffers sized for a window of `window` (a longer one may overrun, which
+    /// [`Self::finish`] reports).
+    pub fn start(tids: &[u32], window: std::time::Duration) -> Result<Self, TraceError> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let root = tracefs()?;
         let instance = root.join("instances").join(format!(
@@ -62,6 +68,8 @@ impl SchedTrace {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        // A run killed before its drop left its instance behind, and this pid came round again.
+        let _ = std::fs::remove_dir(&instance);
         std::fs::create_dir(&instance).map_err(|source| TraceError::Io {
             path: instance.clone(),
             source,
@@ -70,7 +78,9 @@ impl SchedTrace {
             instance,
             tids: tids.to_vec(),
         };
-        trace.write("buffer_size_kb", &BUFFER_KIB.to_string())?;
+        let buffer_kib = (window.as_secs().saturating_add(1) * BUFFER_KIB_PER_S)
+            .clamp(BUFFER_KIB_MIN, BUFFER_KIB_MAX);
+        trace.write("buffer_size_kb", &buffer_kib.to_string())?;
         let filter = tids
             .iter()
             .map(|t| format!("prev_pid == {t} || next_pid == {t}"))
@@ -327,7 +337,7 @@ mod tests {
         let root = unsafe { libc::geteuid() } == 0;
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() } as u32;
-        let trace = match SchedTrace::start(&[me]) {
+        let trace = match SchedTrace::start(&[me], std::time::Duration::from_secs(1)) {
             Ok(t) => t,
             Err(e) if !root => {
                 println!("SKIP scheduler trace: {e} (not root)");

@@ -48,10 +48,11 @@ pub const WAKEUPS_BUDGET_PER_S: f64 = 100.0;
 /// to the queue), per second: about 400 are measured (`docs/hil.md`), while an allocation per
 /// probe record (2,000 a second at these rates) or per poll would exceed the budget.
 pub const ALLOCATIONS_BUDGET_PER_S: f64 = 1000.0;
-/// Time on a CPU per wake-up, 99th percentile: 1 ms. The agent's wake-ups take 50–300 µs at
-/// these rates (`docs/hil.md`); a poll that scans, a commit that copies the queue or a loop that
-/// retries without sleeping shows as milliseconds.
-pub const WAKE_UP_CPU_P99_NS: u64 = 1_000_000;
+/// Time on a CPU per wake-up, 99th percentile: 2 ms. The agent's wake-ups take a p99 of 230 to
+/// 260 µs at these rates on a quiet machine or beside CPU hogs, 490 µs beside a compiler sharing
+/// the core's caches (`docs/hil.md`); a poll that scans, a commit that copies the queue or a loop
+/// that retries without sleeping shows as milliseconds on most wake-ups.
+pub const WAKE_UP_CPU_P99_NS: u64 = 2_000_000;
 /// The longest wake-up: 20 ms, a tenth of the CPU budget's second, so a single hog of a wake-up
 /// fails even when the CPU budget over the window still holds.
 pub const WAKE_UP_CPU_MAX_NS: u64 = 20_000_000;
@@ -287,7 +288,7 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
     let mut traced_tids = procfs::tasks(pid)?;
     let agent_threads = traced_tids.len();
     traced_tids.push(reference.pid());
-    let trace = SchedTrace::start(&traced_tids).map_err(|e| e.to_string());
+    let trace = SchedTrace::start(&traced_tids, config.window).map_err(|e| e.to_string());
     let counts0 = counter.read()?;
     let stat0 = procfs::stat(pid)?;
     let agent0 = scheduling(pid)?;
