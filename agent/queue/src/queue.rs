@@ -502,6 +502,9 @@ pub struct Queue {
     retired: Option<StoreSlot>,
     last_status_write: Option<SystemTime>,
     scratch: Vec<u8>,
+    /// The last append's time and its `unix_ms`: appends of one flush group share a time, and
+    /// converting it for each record showed in the profile (`Timespec::sub_timespec`).
+    append_time: (SystemTime, u64),
     value: Vec<u8>,
     batch_index: Vec<(u64, usize, usize)>,
     batch_bytes: Vec<u8>,
@@ -619,6 +622,7 @@ impl Queue {
             retired: None,
             last_status_write: None,
             scratch: Vec::new(),
+            append_time: (UNIX_EPOCH, 0),
             value: Vec::new(),
             batch_index: Vec::new(),
             batch_bytes: Vec::new(),
@@ -870,7 +874,12 @@ impl Queue {
             }
         }
         let seq = *self.next_seq.at(ix);
-        let ms = unix_ms(now);
+        let ms = if now == self.append_time.0 {
+            self.append_time.1
+        } else {
+            self.append_time = (now, unix_ms(now));
+            self.append_time.1
+        };
         // Room was checked above: the buffer does not grow.
         let stored = self.pending.frames[ix].push(seq, |out| {
             if check {

@@ -90,21 +90,26 @@ fn splice(
     next: impl Fn(&[u8], usize) -> Option<(u32, usize)>,
 ) -> Result<(), MalformedEvent> {
     let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&appended_unix_ms.to_le_bytes());
-    out.push(SEQ_TAG);
-    put_varint(out, seq);
-    let mut pos = 0;
+    // The header and `seq` are written with one copy, and the caller's fields in runs: one copy
+    // of the whole event unless it carries a field 1 of its own.
+    let mut head = [0u8; HEADER_LEN + 1 + 10];
+    head[4..HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
+    head[HEADER_LEN] = SEQ_TAG;
+    let head_len = HEADER_LEN + 1 + put_varint(&mut head[HEADER_LEN + 1..], seq);
+    out.extend_from_slice(&head[..head_len]);
+    let (mut pos, mut run) = (0, 0);
     while pos < event.len() {
         let Some((field, end)) = next(event, pos) else {
             out.truncate(start);
             return Err(MalformedEvent { offset: pos });
         };
-        if field != 1 {
-            out.extend_from_slice(&event[pos..end]);
+        if field == 1 {
+            out.extend_from_slice(&event[run..pos]);
+            run = end;
         }
         pos = end;
     }
+    out.extend_from_slice(&event[run..]);
     let crc = crc32c::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     Ok(())
@@ -150,12 +155,17 @@ pub fn appended_unix_ms(value: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(bytes))
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+/// Writes `value` as a varint at the start of `out` (ten bytes hold any `u64`); returns its
+/// length.
+fn put_varint(out: &mut [u8], mut value: u64) -> usize {
+    let mut len = 0;
     while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
+        out[len] = (value as u8 & 0x7f) | 0x80;
         value >>= 7;
+        len += 1;
     }
-    out.push(value as u8);
+    out[len] = value as u8;
+    len + 1
 }
 
 /// Reads a varint at `pos`; returns the value and the position after it.
@@ -218,6 +228,22 @@ mod tests {
                 bad[byte] ^= 1 << bit;
                 assert!(check(&bad, 1).is_err(), "byte {byte} bit {bit}");
             }
+        }
+    }
+
+    #[test]
+    fn fields_1_anywhere_in_the_event_are_all_dropped_and_the_rest_kept_in_order() {
+        // time = 5, seq = 99, monotonic = 7, seq = 300 (prost keeps the last of a repeated scalar)
+        let bytes = [0x10, 0x05, 0x08, 0x63, 0x18, 0x07, 0x08, 0xac, 0x02];
+        for trusted in [false, true] {
+            let mut out = Vec::new();
+            if trusted {
+                encode_trusted(&mut out, 1, 0, &bytes).unwrap();
+            } else {
+                encode(&mut out, 1, 0, &bytes).unwrap();
+            }
+            let view = check(&out, 1).unwrap();
+            assert_eq!(view.event, [0x08, 0x01, 0x10, 0x05, 0x18, 0x07]);
         }
     }
 
