@@ -118,6 +118,10 @@ impl SchedTrace {
             path: path.clone(),
             source,
         })?;
+        if let Some(keep) = std::env::var_os("EDGEWATCH_HIL_KEEP_TRACE") {
+            // Best effort: the raw trace, for reading a surprising summary by hand.
+            let _ = std::fs::write(keep, &text);
+        }
         Ok(parse(&text, &self.tids))
     }
 

@@ -48,14 +48,14 @@ pub const WAKEUPS_BUDGET_PER_S: f64 = 100.0;
 /// to the queue), per second: about 400 are measured (`docs/hil.md`), while an allocation per
 /// probe record (2,000 a second at these rates) or per poll would exceed the budget.
 pub const ALLOCATIONS_BUDGET_PER_S: f64 = 1000.0;
-/// Time on a CPU per wake-up, 99th percentile: 2 ms. The agent's wake-ups take a p99 of 230 to
+/// Time on a CPU per wake-up, 99th percentile: 2 ms. The longest wake-up is logged, never gated:
+/// the trace's clock also runs while the hypervisor holds a virtual CPU or interrupts are
+/// served (a quiet run on a VM logged one of 16 ms among 3,308 with a p99 of 681 µs), as the
+/// loops' maximum latency is logged and gated only on a Jetson. The agent's wake-ups take a p99 of 230 to
 /// 260 µs at these rates on a quiet machine or beside CPU hogs, 490 µs beside a compiler sharing
 /// the core's caches (`docs/hil.md`); a poll that scans, a commit that copies the queue or a loop
 /// that retries without sleeping shows as milliseconds on most wake-ups.
 pub const WAKE_UP_CPU_P99_NS: u64 = 2_000_000;
-/// The longest wake-up: 20 ms, a tenth of the CPU budget's second, so a single hog of a wake-up
-/// fails even when the CPU budget over the window still holds.
-pub const WAKE_UP_CPU_MAX_NS: u64 = 20_000_000;
 /// The preemption comparison with the reference, reported (never gated): preemptions beyond
 /// the reference's share, against one per 100 voluntary switches plus 5, the fixed bound the
 /// level once gated on.
@@ -403,9 +403,8 @@ fn checks(report: &FootprintReport, running: bool) -> Vec<Check> {
         ),
     ));
     let name = format!(
-        "Wake-ups stay short: time on a CPU per wake-up ≤ {} ms at the 99th percentile, ≤ {} ms at most (scheduler trace)",
+        "Wake-ups stay short: time on a CPU per wake-up ≤ {} ms at the 99th percentile (scheduler trace)",
         WAKE_UP_CPU_P99_NS / 1_000_000,
-        WAKE_UP_CPU_MAX_NS / 1_000_000
     );
     checks.push(match &report.traced {
         Ok((agent, _)) if agent.wake_up_cpu_ns.is_empty() => Check::new(
@@ -418,9 +417,9 @@ fn checks(report: &FootprintReport, running: bool) -> Vec<Check> {
             let longest = agent.longest_wake_up_ns();
             Check::new(
                 name,
-                p99 <= WAKE_UP_CPU_P99_NS && longest <= WAKE_UP_CPU_MAX_NS,
+                p99 <= WAKE_UP_CPU_P99_NS,
                 format!(
-                    "{} wake-ups traced: p50 {:.0} µs, p99 {:.0} µs, longest {:.0} µs",
+                    "{} wake-ups traced: p50 {:.0} µs, p99 {:.0} µs, longest {:.0} µs (logged, never gated)",
                     agent.wake_up_cpu_ns.len(),
                     agent.wake_up_cpu_quantile(0.5) as f64 / 1e3,
                     p99 as f64 / 1e3,
