@@ -163,22 +163,11 @@ fn delimited(bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
 }
 
 /// Checks the value of field `number` (wire type `wire`, starting at `pos`) of message `schema`
-/// with `budget` levels of recursion left; returns the position after it.
-pub(crate) fn field(
-    bytes: &[u8],
-    schema: &Schema,
-    number: u32,
-    wire: u8,
-    pos: usize,
-    budget: u32,
-) -> Option<usize> {
-    value(bytes, schema, number, wire, pos, budget)
-}
-
-/// [`field`], inlined into the loop of [`message`]: a call per nested message, not per field
-/// (the calls' register saves and the dispatch behind them were most of the check's time).
+/// with `budget` levels of recursion left; returns the position after it. Inlined into the loop
+/// of [`message`]: a call per nested message, not per field (the calls' register saves and the
+/// dispatch behind them were most of the check's time).
 #[inline(always)]
-fn value(
+pub(crate) fn field(
     bytes: &[u8],
     schema: &Schema,
     number: u32,
@@ -227,7 +216,7 @@ pub(crate) fn message(bytes: &[u8], schema: &Schema, budget: u32) -> Option<()> 
     let mut pos = 0;
     while pos < bytes.len() {
         let (number, wire, after) = key(bytes, pos)?;
-        pos = value(bytes, schema, number, wire, after, budget)?;
+        pos = field(bytes, schema, number, wire, after, budget)?;
     }
     Some(())
 }
