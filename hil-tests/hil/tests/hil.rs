@@ -72,6 +72,7 @@ fn level_2_footprint_stays_within_its_budgets() {
         "see the report above"
     );
     assert!(png, "the footprint run charts the loops' latency");
+    trace_agrees_with_the_kernels_counters(&result);
     for check in &result.checks {
         assert!(check.pass, "{}: {}", check.name, check.detail);
         // As root (CI) the scheduler can be traced: a check it cannot make there is a failure.
@@ -176,6 +177,7 @@ fn level_2_footprint_holds_beside_a_neighbour_that_keeps_waking_on_the_agents_cp
         "the neighbour preempted too little to show anything: agent {}, fixed bound {fixed_bound}",
         result.nonvoluntary
     );
+    trace_agrees_with_the_kernels_counters(&result);
     match &result.traced {
         Ok((agent, _)) => assert!(
             agent.preempted_by.iter().any(|(who, _)| who == NEIGHBOUR),
@@ -318,4 +320,30 @@ fn cyclictest_output_captured_on_this_kind_of_machine_parses() {
 fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// The scheduler trace against the kernel's own counters (`/proc`): the trace starts a few
+/// milliseconds before the window's first reading and stops a few after its last, so it holds
+/// every voluntary switch of the window (one wake-up fewer: it counts those between two sleeps)
+/// and every preemption, and at most a few more (the agent wakes about 60 times a second).
+fn trace_agrees_with_the_kernels_counters(
+    result: &edgewatch_hil::levels::footprint::FootprintReport,
+) {
+    let Ok((agent, _)) = &result.traced else {
+        return;
+    };
+    const EDGES: u64 = 10;
+    let wake_ups = agent.wake_up_cpu_ns.len() as u64;
+    assert!(
+        wake_ups + 1 >= result.voluntary && wake_ups <= result.voluntary + EDGES,
+        "{wake_ups} wake-ups traced, {} voluntary switches counted",
+        result.voluntary
+    );
+    assert!(
+        agent.preemptions >= result.nonvoluntary
+            && agent.preemptions <= result.nonvoluntary + EDGES,
+        "{} preemptions traced, {} involuntary switches counted",
+        agent.preemptions,
+        result.nonvoluntary
+    );
 }

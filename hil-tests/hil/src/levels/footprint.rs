@@ -151,10 +151,10 @@ impl FootprintReport {
 }
 
 /// The trace of a process's threads as one: their wake-ups together, their preemptions summed.
-fn merge_threads(runs: Vec<TaskRuns>, threads: usize) -> TaskRuns {
+fn merge_threads(runs: Vec<TaskRuns>) -> TaskRuns {
     let mut merged = TaskRuns::default();
     let mut by = std::collections::BTreeMap::<String, u64>::new();
-    for run in runs.into_iter().take(threads) {
+    for run in runs {
         if merged.tid == 0 {
             merged.tid = run.tid;
         }
@@ -285,8 +285,8 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
         }
     };
     drain_probes(&mut readers, &mut vec![Vec::new(); 2]);
+    // The agent's threads, then the reference: the trace's summaries come in this order.
     let mut traced_tids = procfs::tasks(pid)?;
-    let agent_threads = traced_tids.len();
     traced_tids.push(reference.pid());
     let trace = SchedTrace::start(&traced_tids, config.window).map_err(|e| e.to_string());
     let counts0 = counter.read()?;
@@ -304,7 +304,7 @@ pub fn run(bins: &Binaries, config: &FootprintConfig) -> Result<FootprintReport,
         .and_then(|t| t.finish().map_err(|e| e.to_string()))
         .map(|mut runs| {
             let reference = runs.pop().unwrap_or_default();
-            (merge_threads(runs, agent_threads), reference)
+            (merge_threads(runs), reference)
         });
     let counts1 = counter.read()?;
     let stat1 = procfs::stat(pid)?;
