@@ -23,7 +23,8 @@
 //! `EDGEWATCH_REQUIRE_FAULT_INJECTION=1` (set by `.ci/run`, CI, which runs as root with loop
 //! devices) a missing prerequisite fails them, except a kernel without device-mapper (neither
 //! built in nor a module of the running kernel): no package can add a kernel driver, so the
-//! device-mapper test says SKIP there too. `.config/nextest.toml` shows this binary's output
+//! device-mapper test says SKIP there too (the rule every privileged test shares:
+//! `loopfs::decide`). `.config/nextest.toml` shows this binary's output
 //! after every run, so a SKIP and its reason are in the run's summary.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 #![allow(clippy::print_stdout)] // A SKIP says why on the test's output.
@@ -42,7 +43,7 @@ use edgewatch_harness::process::Launch;
 use edgewatch_proto::v1::{Event, LocalReply, LossCause, QueueLoss, Tier, event};
 use edgewatch_queue::{BatchLimits, Queue, RawQueueConfig};
 use edgewatch_test_kit::faults::{EioCounts, EioInjector, Ops};
-use edgewatch_test_kit::loopfs::{self, LoopDevice, Mounted, run};
+use edgewatch_test_kit::loopfs::{self, LoopDevice, Missing, Mounted, run};
 use prost::Message;
 use util::{BIN, Collector, submit_all, test_event, wait_until};
 
@@ -541,40 +542,6 @@ fn after_an_fsync_error_the_agent_writes_its_store_only_through_a_new_handle() {
 // ------------------------------------------------------------------------------------------
 // Privileged fault injection.
 
-/// Why a privileged test cannot run on this machine.
-#[derive(Debug, PartialEq, Eq)]
-enum Missing {
-    /// Something a machine can be given (root, loop devices, a package such as dmsetup): where
-    /// fault injection is required, its absence fails the test.
-    Provisionable(String),
-    /// A driver the running kernel does not have, neither built in nor as a module: no package
-    /// or setup step adds it, so the test says SKIP even where fault injection is required.
-    Kernel(String),
-}
-
-/// What a privileged test does on this machine.
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
-    Run,
-    Skip(String),
-    Fail(String),
-}
-
-/// The rule: run if everything is there; a missing kernel driver is always a SKIP; anything
-/// else missing is a failure where fault injection is `required` (`.ci/run`), a SKIP elsewhere.
-fn decide(prerequisites: Result<(), Missing>, required: bool) -> Verdict {
-    match prerequisites {
-        Ok(()) => Verdict::Run,
-        Err(Missing::Kernel(reason)) if required => Verdict::Skip(format!(
-            "{reason} (a SKIP even with EDGEWATCH_REQUIRE_FAULT_INJECTION: no package adds a \
-             kernel driver)"
-        )),
-        Err(Missing::Kernel(reason)) => Verdict::Skip(reason),
-        Err(Missing::Provisionable(reason)) if required => Verdict::Fail(reason),
-        Err(Missing::Provisionable(reason)) => Verdict::Skip(reason),
-    }
-}
-
 /// True if `/proc/misc` (its text) lists device-mapper's control device: the driver is in the
 /// running kernel, built in or loaded.
 fn misc_lists_device_mapper(misc: &str) -> bool {
@@ -643,45 +610,9 @@ fn prerequisites(dm: bool) -> Result<(), Missing> {
 }
 
 /// Runs the test body if the prerequisites hold; otherwise SKIP (printed with the reason), or
-/// fail where they are required.
+/// fail where they are required (`loopfs::run_or_skip`, the rule every privileged test shares).
 fn privileged(what: &str, dm: bool) -> bool {
-    let required = std::env::var_os("EDGEWATCH_REQUIRE_FAULT_INJECTION").is_some();
-    match decide(prerequisites(dm), required) {
-        Verdict::Run => true,
-        Verdict::Skip(reason) => {
-            println!("SKIP {what}: {reason}");
-            false
-        }
-        Verdict::Fail(reason) => {
-            panic!("{what}: a prerequisite is missing where it is required: {reason}")
-        }
-    }
-}
-
-#[test]
-fn a_kernel_without_device_mapper_is_a_skip_even_where_fault_injection_is_required() {
-    let no_driver = || Err(Missing::Kernel("no device-mapper".into()));
-    for required in [false, true] {
-        assert!(
-            matches!(decide(no_driver(), required), Verdict::Skip(reason) if reason.contains("no device-mapper")),
-            "required = {required}"
-        );
-    }
-}
-
-#[test]
-fn a_missing_tool_or_loop_device_fails_where_fault_injection_is_required_and_skips_elsewhere() {
-    let no_tool = || Err(Missing::Provisionable("dmsetup not found".into()));
-    assert_eq!(
-        decide(no_tool(), true),
-        Verdict::Fail("dmsetup not found".into())
-    );
-    assert_eq!(
-        decide(no_tool(), false),
-        Verdict::Skip("dmsetup not found".into())
-    );
-    assert_eq!(decide(Ok(()), true), Verdict::Run);
-    assert_eq!(decide(Ok(()), false), Verdict::Run);
+    loopfs::run_or_skip(what, prerequisites(dm))
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! are held in memory up to the hold capacity and counted beyond it, nothing panics; when space
 //! returns, the held safety events become durable and every refusal is reported upstream.
 //!
-//! Needs root, loop devices and e2fsprogs; prints SKIP with the reason otherwise.
+//! Needs root, loop devices and e2fsprogs; prints SKIP with the reason otherwise, and fails
+//! without them where `EDGEWATCH_REQUIRE_FAULT_INJECTION` is set (`.ci/run`).
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod util;
@@ -42,8 +43,7 @@ fn config(dir: &std::path::Path) -> RawQueueConfig {
 
 #[test]
 fn a_full_disk_refuses_lower_tiers_holds_safety_and_reports_everything_when_space_returns() {
-    if let Err(reason) = privileged() {
-        println!("SKIP disk-full test: {reason}");
+    if !privileged("disk-full test") {
         return;
     }
     let work = tempfile::tempdir().unwrap();

@@ -12,6 +12,10 @@
 //! - Nothing is attempted without its prerequisites: [`prerequisites`] says what is missing
 //!   (root, loop devices, a tool), for the caller's SKIP line or failure.
 //! - Commands run to completion; a failure is an `Err` naming the command and its stderr.
+//! - One rule for every privileged test ([`decide`], [`run_or_skip`]): a missing prerequisite
+//!   is a SKIP with its reason, except where [`REQUIRE_FAULT_INJECTION`] is set (`.ci/run`: CI
+//!   runs as root with loop devices), where it fails the test; a driver the running kernel lacks
+//!   stays a SKIP there too, since no package adds one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +41,64 @@ pub fn prerequisites(tools: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Set (to anything) where privileged tests must run: a missing prerequisite fails them.
+pub const REQUIRE_FAULT_INJECTION: &str = "EDGEWATCH_REQUIRE_FAULT_INJECTION";
+
+/// Why a privileged test cannot run on this machine.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// Something a machine can be given (root, loop devices, a package such as e2fsprogs or
+    /// dmsetup): where privileged tests are required, its absence fails the test.
+    Provisionable(String),
+    /// A driver the running kernel does not have, neither built in nor as a module: no package
+    /// or setup step adds it, so the test says SKIP even where privileged tests are required.
+    Kernel(String),
+}
+
+/// What a privileged test does on this machine.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Run,
+    Skip(String),
+    Fail(String),
+}
+
+/// The rule: run if everything is there; a missing kernel driver is always a SKIP; anything
+/// else missing is a failure where privileged tests are `required`, a SKIP elsewhere.
+pub fn decide(prerequisites: Result<(), Missing>, required: bool) -> Verdict {
+    match prerequisites {
+        Ok(()) => Verdict::Run,
+        Err(Missing::Kernel(reason)) if required => Verdict::Skip(format!(
+            "{reason} (a SKIP even with {REQUIRE_FAULT_INJECTION}: no package adds a kernel \
+             driver)"
+        )),
+        Err(Missing::Kernel(reason)) => Verdict::Skip(reason),
+        Err(Missing::Provisionable(reason)) if required => Verdict::Fail(reason),
+        Err(Missing::Provisionable(reason)) => Verdict::Skip(reason),
+    }
+}
+
+/// True where privileged tests must run ([`REQUIRE_FAULT_INJECTION`] is set).
+pub fn required() -> bool {
+    std::env::var_os(REQUIRE_FAULT_INJECTION).is_some()
+}
+
+/// Applies [`decide`] for the test `what`: `true` to run it; `false` after printing
+/// `SKIP <what>: <reason>`; panics naming the missing prerequisite where it is required.
+#[allow(clippy::print_stdout)] // A SKIP says why on the test's output.
+pub fn run_or_skip(what: &str, prerequisites: Result<(), Missing>) -> bool {
+    match decide(prerequisites, required()) {
+        Verdict::Run => true,
+        Verdict::Skip(reason) => {
+            println!("SKIP {what}: {reason}");
+            false
+        }
+        Verdict::Fail(reason) => {
+            panic!("{what}: a prerequisite is missing where it is required: {reason}")
+        }
+    }
 }
 
 /// The effective user id is 0 (read from `/proc/self/status`, so that this crate needs no libc).
@@ -151,6 +213,8 @@ impl BlockStat {
 #[derive(Debug)]
 pub struct Mounted {
     dir: PathBuf,
+    /// False once [`Mounted::unmount`] succeeded: nothing left for the drop to undo.
+    mounted: bool,
 }
 
 impl Mounted {
@@ -182,12 +246,22 @@ impl Mounted {
         run("mount", &args)?;
         Ok(Self {
             dir: dir.to_owned(),
+            mounted: true,
         })
     }
 
     /// The mount point.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Unmounts now, failing (rather than unmounting lazily, as a drop does) if the file
+    /// system is still busy.
+    pub fn unmount(mut self) -> Result<(), String> {
+        let target = self.dir.to_str().ok_or("the mount point is not UTF-8")?;
+        run("umount", &[target])?;
+        self.mounted = false;
+        Ok(())
     }
 
     /// Writes the file system's dirty data and metadata to the device (`sync -f`), so that a
@@ -200,6 +274,9 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        if !self.mounted {
+            return;
+        }
         let Some(target) = self.dir.to_str() else {
             return;
         };
@@ -212,6 +289,33 @@ impl Drop for Mounted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_without_a_driver_is_a_skip_even_where_privileged_tests_are_required() {
+        let no_driver = || Err(Missing::Kernel("no device-mapper".into()));
+        for required in [false, true] {
+            assert!(
+                matches!(decide(no_driver(), required), Verdict::Skip(reason) if reason.contains("no device-mapper")),
+                "required = {required}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_tool_or_loop_device_fails_where_privileged_tests_are_required_and_skips_elsewhere()
+    {
+        let no_tool = || Err(Missing::Provisionable("dmsetup not found".into()));
+        assert_eq!(
+            decide(no_tool(), true),
+            Verdict::Fail("dmsetup not found".into())
+        );
+        assert_eq!(
+            decide(no_tool(), false),
+            Verdict::Skip("dmsetup not found".into())
+        );
+        assert_eq!(decide(Ok(()), true), Verdict::Run);
+        assert_eq!(decide(Ok(()), false), Verdict::Run);
+    }
 
     #[test]
     fn the_stat_file_gives_sectors_written_from_its_seventh_field() {

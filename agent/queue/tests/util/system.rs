@@ -1,87 +1,51 @@
-//! Privileged test plumbing: loop-mounted ext4 images and the kernel's writeback settings, each
-//! undone on drop. Tests that need them call `privileged_or_skip` and print SKIP with the reason.
+//! Privileged test plumbing: loop-mounted ext4 images (the test kit's `loopfs`) and the kernel's
+//! writeback settings, each undone on drop. Tests that need them call [`privileged`]: a missing
+//! prerequisite is a SKIP with the reason, or a failure where privileged tests are required
+//! (`EDGEWATCH_REQUIRE_FAULT_INJECTION`, set by `.ci/run`).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// `Err(reason)` unless this process may mount loop devices and the tools exist.
-pub fn privileged() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root for loop mounts".into());
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Err("no /dev/loop-control (loop devices unavailable)".into());
-    }
-    for tool in ["mkfs.ext4", "mount", "umount", "losetup"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Err(format!("{tool} not found (package e2fsprogs / mount)"));
-        }
-    }
-    Ok(())
-}
+use edgewatch_test_kit::loopfs::{self, LoopDevice, Missing, Mounted};
 
-pub fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Creates a `bytes`-sized ext4 image at `image`.
-pub fn make_ext4(image: &Path, bytes: u64) -> Result<(), String> {
-    let file = std::fs::File::create(image).map_err(|e| e.to_string())?;
-    file.set_len(bytes).map_err(|e| e.to_string())?;
-    drop(file);
-    run(
-        "mkfs.ext4",
-        &["-q", "-F", "-m", "0", image.to_str().unwrap()],
+/// True if the test `what` may run here (root, loop devices, e2fsprogs); otherwise SKIP printed
+/// with the reason (`false`), or a panic where privileged tests are required.
+pub fn privileged(what: &str) -> bool {
+    loopfs::run_or_skip(
+        what,
+        loopfs::prerequisites(&["mkfs.ext4"]).map_err(Missing::Provisionable),
     )
 }
 
-/// An image mounted through a loop device; unmounted (and the loop device released) on drop.
+/// Creates a `bytes`-sized ext4 image at `image` (no blocks reserved for root).
+pub fn make_ext4(image: &Path, bytes: u64) -> Result<(), String> {
+    loopfs::sparse_image(image, bytes)?;
+    let image = image.to_str().ok_or("the image path is not UTF-8")?;
+    loopfs::run("mkfs.ext4", &["-q", "-F", "-m", "0", image]).map(|_| ())
+}
+
+/// An image mounted through a loop device of its own; unmounted and the device detached on drop.
 pub struct Mount {
     pub dir: PathBuf,
-    mounted: bool,
+    // Declared before the device: the file system is unmounted before the device goes.
+    mounted: Mounted,
+    _device: LoopDevice,
 }
 
 impl Mount {
     pub fn new(image: &Path, dir: &Path) -> Result<Self, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        run(
-            "mount",
-            &["-o", "loop", image.to_str().unwrap(), dir.to_str().unwrap()],
-        )?;
+        let device = LoopDevice::attach(image)?;
+        let mounted = Mounted::mount(device.path(), dir, None)?;
         Ok(Self {
             dir: dir.to_owned(),
-            mounted: true,
+            mounted,
+            _device: device,
         })
     }
 
-    pub fn unmount(mut self) -> Result<(), String> {
-        self.mounted = false;
-        run("umount", &[self.dir.to_str().unwrap()])
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = run("umount", &["-l", self.dir.to_str().unwrap()]);
-        }
+    /// Unmounts now (an error if the file system is busy) and detaches the device.
+    pub fn unmount(self) -> Result<(), String> {
+        self.mounted.unmount()
     }
 }
 
