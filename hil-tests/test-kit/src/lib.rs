@@ -12,7 +12,8 @@
 //! - [`faults`]: disk faults (EIO on writes, syncs, creations under a directory) injected into a
 //!   real process through such a library, with counts of what it did to its files.
 //! - [`loopfs`]: loop devices over image files, ext4 made and mounted on them, and the device's
-//!   write counters, each undone on drop (root only; the reason to skip otherwise).
+//!   write counters, each undone on drop (root only), and the one rule of every privileged
+//!   test: SKIP with the reason, or fail where `EDGEWATCH_REQUIRE_FAULT_INJECTION` is set.
 //!
 //! Invariants:
 //! - Depends on no workspace crate, so any crate may use it as a dev-dependency (and the HIL rig
