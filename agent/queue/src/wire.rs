@@ -131,11 +131,12 @@ fn delimited(bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
 }
 
 /// Checks every field of the bytes of message `M` (its index in [`MESSAGES`]) with `budget`
-/// levels of recursion left. One instance per message: its fields' checks are inlined into the
-/// loop as a `match` on the field number (see [`schema!`]).
+/// levels of recursion left. One instance per message: first the fields in the order prost
+/// writes them ([`in_order`]), then any others in a loop whose fields' checks are inlined as a
+/// `match` on the field number (see [`schema!`]).
 #[inline(never)]
 pub(crate) fn message<const M: usize>(bytes: &[u8], budget: u32) -> Option<()> {
-    let mut pos = 0;
+    let mut pos = in_order::<M>(bytes, budget)?;
     while pos < bytes.len() {
         let (number, wire, after) = key(bytes, pos)?;
         pos = field::<M>(bytes, number, wire, after, budget)?;
@@ -236,8 +237,23 @@ macro_rules! value {
     };
 }
 
+/// The wire type prost writes a field in: a repeated scalar packed.
+macro_rules! wire_of {
+    (Varint, single) => {
+        VARINT
+    };
+    (Fixed64, single) => {
+        FIXED64
+    };
+    (Fixed32, single) => {
+        FIXED32
+    };
+    ($check:ident, $card:ident) => {
+        LEN
+    };
+}
+
 /// `true` for a repeated field.
-#[cfg(test)]
 macro_rules! repeated {
     (single) => {
         false
@@ -281,6 +297,38 @@ macro_rules! schema {
                 i += 1;
             }
         };
+
+        /// Checks the fields at the start of the bytes of message `M` that come as prost writes
+        /// them: in increasing number, each in the wire type it writes, with a one-byte key (field
+        /// numbers up to 15). Per field of the schema, in order, one byte is compared with its
+        /// key; returns where the first field not in that order starts (the end of the bytes if
+        /// none), for the general loop of [`message`] to go on from there. A field is checked
+        /// exactly as that loop checks it.
+        #[inline(always)]
+        fn in_order<const M: usize>(bytes: &[u8], budget: u32) -> Option<usize> {
+            let mut pos = 0;
+            match M {
+                $(
+                    $index => {
+                        $({
+                            const WIRE: u8 = wire_of!($check, $card);
+                            const KEY: u32 = ($number << 3) | WIRE as u32;
+                            if KEY < 0x80 {
+                                while bytes.get(pos) == Some(&(KEY as u8)) {
+                                    let (wire, after) = (WIRE, pos + 1);
+                                    pos = value!(bytes, wire, after, budget; $check $( ($target) )?, $card)?;
+                                    if !repeated!($card) {
+                                        break;
+                                    }
+                                }
+                            }
+                        })*
+                    }
+                )*
+                _ => {}
+            }
+            Some(pos)
+        }
 
         /// Checks the value of field `number` (wire type `wire`, starting at `pos`) of message
         /// `M` with `budget` levels of recursion left; returns the position after it. Unknown
@@ -930,7 +978,9 @@ mod tests {
     }
 
     /// One field of number `number` and wire type `wire` followed by a value of `value`'s shape:
-    /// well-formed, over-long, overflowing, truncated, packed, non-UTF-8 text, a group.
+    /// well-formed, over-long, overflowing, truncated, packed, non-UTF-8 text, a group. With
+    /// fields in increasing and in other orders (see the test below) these reach both the check
+    /// of fields in the order prost writes them and the general loop.
     fn one_field(number: u32, wire: u8, value: usize) -> Vec<u8> {
         let mut bytes = Vec::new();
         prost::encoding::encode_varint(u64::from(number << 3 | u32::from(wire)), &mut bytes);
@@ -961,6 +1011,16 @@ mod tests {
         bytes
     }
 
+    /// The field with its key written one byte longer than it needs (prost accepts it).
+    fn long_key(field: &[u8]) -> Vec<u8> {
+        let (_, after) = varint(field, 0).unwrap();
+        let mut bytes = field[..after].to_vec();
+        *bytes.last_mut().unwrap() |= 0x80;
+        bytes.push(0x00);
+        bytes.extend_from_slice(&field[after..]);
+        bytes
+    }
+
     #[test]
     fn every_field_of_every_message_in_any_order_and_shape_is_judged_as_prost_judges_it() {
         for (index, schema) in MESSAGES.iter().enumerate() {
@@ -971,7 +1031,9 @@ mod tests {
                 .iter()
                 .flat_map(|&number| {
                     (0..=FIXED32).flat_map(move |wire| {
-                        (0..6).map(move |value| one_field(number, wire, value))
+                        (0..6)
+                            .map(move |value| one_field(number, wire, value))
+                            .chain([long_key(&one_field(number, wire, 0))])
                     })
                 })
                 .collect();
