@@ -2,17 +2,22 @@
 //! them, in one pass over the bytes and without building the message (no allocation).
 //!
 //! Invariants:
-//! - [`field`] accepts a top-level field of an `Event` if and only if prost would decode it: the
-//!   same key rules (a varint of at most 32 bits, a known wire type, field number at least 1),
+//! - [`top_field`] accepts a top-level field of an `Event` if and only if prost would decode it:
+//!   the same key rules (a varint of at most 32 bits, a known wire type, field number at least 1),
 //!   varints of at most ten bytes without overflow, the wire type each known field requires
 //!   (packed or not for repeated scalars), lengths inside their message, UTF-8 in strings,
 //!   unknown fields skipped as prost skips them (groups included) and prost's recursion limit.
-//! - [`MESSAGES`] is the schema of `proto/edgewatch/v1/event.proto` from `Event` down; a test
-//!   compares it with the descriptor compiled from that file, and another compares this check
-//!   with `Event::decode` on random and mutated encodings.
+//! - One list, in the `schema!` invocation at the end, is the schema of
+//!   `proto/edgewatch/v1/event.proto` from `Event` down. It generates both the check (per
+//!   message, a `match` on the field number whose arms check their field's value inline: no
+//!   table lookup or dispatch on a field's kind at run time) and `MESSAGES`, the same list as
+//!   data, which a test compares with the descriptor compiled from that file. Other tests compare
+//!   the check with `Event::decode`: every field of every message in every wire type and shape,
+//!   in and out of order, and random and mutated encodings.
 //! - Pure logic: no I/O, no clock.
 
 /// How a known field's value is checked.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // `Fixed32` and `Bytes` are the wire kinds no field of the schema uses today.
 #[allow(dead_code)]
@@ -32,6 +37,7 @@ pub(crate) enum Check {
 }
 
 /// A known field of a message.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Field {
     pub number: u32,
@@ -40,50 +46,11 @@ pub(crate) struct Field {
 }
 
 /// A message: its name (for the schema test) and its fields, in increasing number.
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct Schema {
-    #[cfg_attr(not(test), allow(dead_code))]
     pub name: &'static str,
     pub fields: &'static [Field],
-    /// Field number → index in `fields` plus one (0: unknown), so a lookup is one load.
-    by_number: [u8; 32],
-}
-
-impl Schema {
-    /// Fails to compile if a field number is 32 or more (no message of the schema has one yet).
-    const fn new(name: &'static str, fields: &'static [Field]) -> Self {
-        let mut by_number = [0u8; 32];
-        let mut i = 0;
-        while i < fields.len() {
-            let number = fields[i].number as usize;
-            assert!(
-                number < 32,
-                "field numbers of 32 and more need a larger index"
-            );
-            by_number[number] = (i + 1) as u8;
-            i += 1;
-        }
-        Self {
-            name,
-            fields,
-            by_number,
-        }
-    }
-
-    #[inline]
-    fn find(&self, number: u32) -> Option<Field> {
-        let at = *self.by_number.get(number as usize)?;
-        let at = at.checked_sub(1)?;
-        self.fields.get(usize::from(at)).copied()
-    }
-}
-
-const fn def(number: u32, check: Check, repeated: bool) -> Field {
-    Field {
-        number,
-        check,
-        repeated,
-    }
 }
 
 /// prost's default recursion limit (`DecodeContext`).
@@ -156,69 +123,235 @@ pub(crate) fn key(bytes: &[u8], pos: usize) -> Option<(u32, u8, usize)> {
 }
 
 /// A length-delimited value at `pos`: its bytes' range.
+#[inline(always)]
 fn delimited(bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
     let (len, pos) = varint(bytes, pos)?;
     let end = pos.checked_add(usize::try_from(len).ok()?)?;
     (end <= bytes.len()).then_some((pos, end))
 }
 
-/// Checks the value of field `number` (wire type `wire`, starting at `pos`) of message `schema`
-/// with `budget` levels of recursion left; returns the position after it. Inlined into the loop
-/// of [`message`]: a call per nested message, not per field (the calls' register saves and the
-/// dispatch behind them were most of the check's time).
-#[inline(always)]
-pub(crate) fn field(
-    bytes: &[u8],
-    schema: &Schema,
-    number: u32,
-    wire: u8,
-    pos: usize,
-    budget: u32,
-) -> Option<usize> {
-    let Some(known) = schema.find(number) else {
-        return skip(bytes, number, wire, pos, budget);
-    };
-    match (known.check, wire) {
-        (Check::Varint, VARINT) => varint_end(bytes, pos),
-        (Check::Fixed64, FIXED64) => fixed(bytes, pos, 8),
-        (Check::Fixed32, FIXED32) => fixed(bytes, pos, 4),
-        (Check::Str, LEN) => {
-            let (start, end) = delimited(bytes, pos)?;
-            utf8(&bytes[start..end]).then_some(end)
-        }
-        (Check::Bytes, LEN) => Some(delimited(bytes, pos)?.1),
-        (Check::Message(index), LEN) => {
-            // prost checks the limit before entering the message, whose fields get one less.
-            let inner = budget.checked_sub(1)?;
-            let (start, end) = delimited(bytes, pos)?;
-            message(&bytes[start..end], &MESSAGES[usize::from(index)], inner)?;
-            Some(end)
-        }
-        (Check::Varint | Check::Fixed64 | Check::Fixed32, LEN) if known.repeated => {
-            let (mut at, end) = delimited(bytes, pos)?;
-            let packed = &bytes[..end];
-            while at < end {
-                at = match known.check {
-                    Check::Varint => varint_end(packed, at)?,
-                    Check::Fixed64 => fixed(packed, at, 8)?,
-                    _ => fixed(packed, at, 4)?,
-                };
-            }
-            Some(end)
-        }
-        _ => None,
-    }
-}
-
-/// Checks every field of a message's bytes.
+/// Checks every field of the bytes of message `M` (its index in [`MESSAGES`]) with `budget`
+/// levels of recursion left. One instance per message: first the fields in the order prost
+/// writes them ([`in_order`]), then any others in a loop whose fields' checks are inlined as a
+/// `match` on the field number (see [`schema!`]).
 #[inline(never)]
-pub(crate) fn message(bytes: &[u8], schema: &Schema, budget: u32) -> Option<()> {
-    let mut pos = 0;
+pub(crate) fn message<const M: usize>(bytes: &[u8], budget: u32) -> Option<()> {
+    let mut pos = in_order::<M>(bytes, budget)?;
     while pos < bytes.len() {
         let (number, wire, after) = key(bytes, pos)?;
-        pos = field(bytes, schema, number, wire, after, budget)?;
+        pos = field::<M>(bytes, number, wire, after, budget)?;
     }
     Some(())
+}
+
+/// Checks a packed repeated scalar at `pos` (length-delimited), each element with `each`;
+/// returns the position after it.
+#[inline(always)]
+fn packed(bytes: &[u8], pos: usize, each: impl Fn(&[u8], usize) -> Option<usize>) -> Option<usize> {
+    let (mut at, end) = delimited(bytes, pos)?;
+    let packed = &bytes[..end];
+    while at < end {
+        at = each(packed, at)?;
+    }
+    Some(end)
+}
+
+/// Checks a string's value at `pos`: its length, then UTF-8.
+#[inline(always)]
+fn text(bytes: &[u8], pos: usize) -> Option<usize> {
+    let (start, end) = delimited(bytes, pos)?;
+    utf8(&bytes[start..end]).then_some(end)
+}
+
+/// The check of one known field's value, as an expression: `$wire` is the wire type read with
+/// the key, `$pos` where the value starts; evaluates to the position after it. A scalar takes
+/// its own wire type, or a length (packed) when repeated; anything else is refused, as prost
+/// refuses a known field with another wire type.
+macro_rules! value {
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Varint, single) => {
+        if $wire == VARINT {
+            varint_end($bytes, $pos)
+        } else {
+            None
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Varint, repeated) => {
+        match $wire {
+            VARINT => varint_end($bytes, $pos),
+            LEN => packed($bytes, $pos, varint_end),
+            _ => None,
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Fixed64, single) => {
+        if $wire == FIXED64 {
+            fixed($bytes, $pos, 8)
+        } else {
+            None
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Fixed64, repeated) => {
+        match $wire {
+            FIXED64 => fixed($bytes, $pos, 8),
+            LEN => packed($bytes, $pos, |bytes, at| fixed(bytes, at, 8)),
+            _ => None,
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Fixed32, single) => {
+        if $wire == FIXED32 {
+            fixed($bytes, $pos, 4)
+        } else {
+            None
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Fixed32, repeated) => {
+        match $wire {
+            FIXED32 => fixed($bytes, $pos, 4),
+            LEN => packed($bytes, $pos, |bytes, at| fixed(bytes, at, 4)),
+            _ => None,
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Str, $card:ident) => {
+        if $wire == LEN {
+            text($bytes, $pos)
+        } else {
+            None
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Bytes, $card:ident) => {
+        if $wire == LEN {
+            Some(delimited($bytes, $pos)?.1)
+        } else {
+            None
+        }
+    };
+    ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Message($index:literal), $card:ident) => {
+        if $wire == LEN {
+            // prost checks the limit before entering the message, whose fields get one less.
+            let inner = $budget.checked_sub(1)?;
+            let (start, end) = delimited($bytes, $pos)?;
+            message::<$index>(&$bytes[start..end], inner)?;
+            Some(end)
+        } else {
+            None
+        }
+    };
+}
+
+/// The wire type prost writes a field in: a repeated scalar packed.
+macro_rules! wire_of {
+    (Varint, single) => {
+        VARINT
+    };
+    (Fixed64, single) => {
+        FIXED64
+    };
+    (Fixed32, single) => {
+        FIXED32
+    };
+    ($check:ident, $card:ident) => {
+        LEN
+    };
+}
+
+/// `true` for a repeated field.
+macro_rules! repeated {
+    (single) => {
+        false
+    };
+    (repeated) => {
+        true
+    };
+}
+
+/// Defines [`MESSAGES`] (the schema as data, compared with the compiled descriptor by a test)
+/// and, from the same list, [`field`]: one `match` on the field number per message, each arm the
+/// inlined check of that field's value, so that checking a field is a key, a jump and its value
+/// (no lookup in a table, no dispatch on its kind).
+macro_rules! schema {
+    ($(
+        $index:literal $name:ident {
+            $( $number:literal : $check:ident $( ($target:literal) )?, $card:ident; )*
+        }
+    )*) => {
+        /// The schema as data, `Event` first.
+        #[cfg(test)]
+        pub(crate) static MESSAGES: [Schema; [$($index),*].len()] = [$(
+            Schema {
+                name: stringify!($name),
+                fields: &[$(
+                    Field {
+                        number: $number,
+                        check: Check::$check $( ($target) )?,
+                        repeated: repeated!($card),
+                    },
+                )*],
+            },
+        )*];
+
+        // Each message's index is its place in the list.
+        const _: () = {
+            let indices = [$($index),*];
+            let mut i = 0;
+            while i < indices.len() {
+                assert!(indices[i] == i, "a message's index must be its place in the list");
+                i += 1;
+            }
+        };
+
+        /// Checks the fields at the start of the bytes of message `M` that come as prost writes
+        /// them: in increasing number, each in the wire type it writes, with a one-byte key (field
+        /// numbers up to 15). Per field of the schema, in order, one byte is compared with its
+        /// key; returns where the first field not in that order starts (the end of the bytes if
+        /// none), for the general loop of [`message`] to go on from there. A field is checked
+        /// exactly as that loop checks it.
+        #[inline(always)]
+        fn in_order<const M: usize>(bytes: &[u8], budget: u32) -> Option<usize> {
+            let mut pos = 0;
+            match M {
+                $(
+                    $index => {
+                        $({
+                            const WIRE: u8 = wire_of!($check, $card);
+                            const KEY: u32 = ($number << 3) | WIRE as u32;
+                            if KEY < 0x80 {
+                                while bytes.get(pos) == Some(&(KEY as u8)) {
+                                    let (wire, after) = (WIRE, pos + 1);
+                                    pos = value!(bytes, wire, after, budget; $check $( ($target) )?, $card)?;
+                                    if !repeated!($card) {
+                                        break;
+                                    }
+                                }
+                            }
+                        })*
+                    }
+                )*
+                _ => {}
+            }
+            Some(pos)
+        }
+
+        /// Checks the value of field `number` (wire type `wire`, starting at `pos`) of message
+        /// `M` with `budget` levels of recursion left; returns the position after it. Unknown
+        /// fields are skipped as prost skips them.
+        #[inline(always)]
+        fn field<const M: usize>(
+            bytes: &[u8],
+            number: u32,
+            wire: u8,
+            pos: usize,
+            budget: u32,
+        ) -> Option<usize> {
+            match M {
+                $(
+                    $index => match number {
+                        $( $number => value!(bytes, wire, pos, budget; $check $( ($target) )?, $card), )*
+                        _ => skip(bytes, number, wire, pos, budget),
+                    },
+                )*
+                _ => None,
+            }
+        }
+    };
 }
 
 /// True if `bytes` are UTF-8. Text here is mostly ASCII: the bytes are OR-ed together 32 at a
@@ -255,13 +388,15 @@ fn fixed(bytes: &[u8], pos: usize, len: usize) -> Option<usize> {
 }
 
 /// Checks the top-level field of an `Event` at `pos` as prost would, refusing groups (the uplink
-/// splices records without decoding them); returns its number and where it ends.
+/// splices records without decoding them); returns its number and where it ends. Inlined into
+/// the loop over an event's fields (a call per top-level field cost as much as its check).
+#[inline(always)]
 pub(crate) fn top_field(event: &[u8], pos: usize) -> Option<(u32, usize)> {
     let (number, wire, after) = key(event, pos)?;
     if wire == START_GROUP || wire == END_GROUP {
         return None;
     }
-    let end = field(event, &MESSAGES[0], number, wire, after, RECURSION_LIMIT)?;
+    let end = field::<0>(event, number, wire, after, RECURSION_LIMIT)?;
     Some((number, end))
 }
 
@@ -301,338 +436,249 @@ fn skip(bytes: &[u8], number: u32, wire: u8, pos: usize, budget: u32) -> Option<
     }
 }
 
-/// The schema of `Event` and every message under it; `Event` is the first.
-#[rustfmt::skip]
-pub(crate) static MESSAGES: [Schema; 30] = [
-    Schema::new(
-        "Event",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Varint, false),
-            def(10, Check::Message(1), false),
-            def(11, Check::Message(2), false),
-            def(12, Check::Message(3), false),
-            def(13, Check::Message(4), false),
-            def(14, Check::Message(5), false),
-            def(15, Check::Message(6), false),
-            def(16, Check::Message(6), false),
-            def(17, Check::Message(7), false),
-            def(18, Check::Message(8), false),
-            def(19, Check::Message(9), false),
-            def(20, Check::Message(10), false),
-            def(21, Check::Message(11), false),
-            def(22, Check::Message(12), false),
-            def(23, Check::Message(13), false),
-            def(24, Check::Message(14), false),
-            def(25, Check::Message(15), false),
-            def(26, Check::Message(16), false),
-            def(27, Check::Message(17), false),
-            def(28, Check::Message(18), false),
-            def(29, Check::Message(19), false),
-        ],
-    ),
-    Schema::new(
-        "DeadlineCounters",
-        &[
-            def(1, Check::Message(20), false),
-            def(2, Check::Message(21), false),
-            def(3, Check::Varint, false),
-            def(4, Check::Fixed64, false),
-            def(5, Check::Varint, false),
-            def(6, Check::Varint, false),
-            def(7, Check::Varint, false),
-            def(8, Check::Varint, false),
-            def(9, Check::Varint, false),
-            def(10, Check::Varint, false),
-            def(11, Check::Varint, false),
-            def(12, Check::Message(22), false),
-            def(13, Check::Varint, false),
-            def(14, Check::Varint, false),
-            def(15, Check::Varint, false),
-            def(16, Check::Varint, false),
-            def(17, Check::Varint, false),
-            def(18, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "DeadlineMissBurst",
-        &[
-            def(1, Check::Message(20), false),
-            def(2, Check::Message(21), false),
-            def(3, Check::Varint, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Varint, false),
-            def(6, Check::Varint, false),
-            def(7, Check::Varint, false),
-            def(8, Check::Varint, false),
-            def(9, Check::Varint, false),
-            def(10, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "SafetyFallback",
-        &[
-            def(1, Check::Message(20), false),
-            def(2, Check::Message(21), false),
-            def(3, Check::Varint, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Str, false),
-            def(6, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "ProbeStatus",
-        &[
-            def(1, Check::Message(20), false),
-            def(2, Check::Varint, false),
-            def(3, Check::Fixed64, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Varint, false),
-            def(6, Check::Str, false),
-        ],
-    ),
-    Schema::new(
-        "ThermalSample",
-        &[
-            def(1, Check::Message(23), true),
-            def(2, Check::Message(24), true),
-            def(3, Check::Fixed64, true),
-            def(4, Check::Varint, true),
-            def(5, Check::Fixed64, false),
-            def(6, Check::Varint, true),
-            def(7, Check::Varint, false),
-            def(8, Check::Varint, false),
-            def(9, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "Throttle",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Str, false),
-            def(4, Check::Fixed64, false),
-            def(5, Check::Fixed64, false),
-            def(6, Check::Varint, false),
-            def(7, Check::Varint, false),
-            def(8, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "ThrottleCounters",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Message(25), true),
-            def(3, Check::Message(21), false),
-        ],
-    ),
-    Schema::new(
-        "OverCurrent",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "EnergyCounters",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Message(26), true),
-            def(3, Check::Message(21), false),
-        ],
-    ),
-    Schema::new(
-        "AutonomyModeChange",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Str, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "AutonomySeconds",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Message(27), true),
-            def(3, Check::Message(21), false),
-        ],
-    ),
-    Schema::new(
-        "Intervention",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Str, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Message(21), false),
-            def(6, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "SafeStop",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Str, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Message(21), false),
-            def(6, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "ModelVersionChange",
-        &[
-            def(1, Check::Message(20), false),
-            def(2, Check::Message(21), false),
-            def(3, Check::Message(21), false),
-        ],
-    ),
-    Schema::new(
-        "QueueLoss",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Varint, false),
-            def(4, Check::Varint, false),
-            def(5, Check::Varint, false),
-            def(6, Check::Fixed64, false),
-            def(7, Check::Varint, false),
-            def(8, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "OfflineWindowLow",
-        &[
-            def(1, Check::Fixed64, false),
-            def(2, Check::Fixed64, false),
-            def(3, Check::Fixed64, false),
-            def(4, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "AgentHealth",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Fixed64, false),
-            def(3, Check::Varint, false),
-            def(4, Check::Fixed64, false),
-            def(5, Check::Message(28), true),
-            def(6, Check::Fixed64, false),
-            def(7, Check::Varint, false),
-            def(8, Check::Varint, false),
-            def(9, Check::Varint, false),
-            def(10, Check::Str, false),
-            def(11, Check::Str, false),
-            def(12, Check::Fixed64, false),
-            def(13, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "LogRecord",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Str, false),
-            def(3, Check::Str, false),
-            def(4, Check::Message(29), true),
-        ],
-    ),
-    Schema::new(
-        "CustomEvent",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Message(29), true),
-        ],
-    ),
-    Schema::new(
-        "LoopRef",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Str, false),
-        ],
-    ),
-    Schema::new(
-        "ModelVersion",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Str, false),
-            def(3, Check::Fixed64, false),
-            def(4, Check::Str, false),
-            def(5, Check::Str, false),
-            def(6, Check::Str, false),
-            def(7, Check::Str, false),
-            def(8, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "LatencyHistogram",
-        &[
-            def(1, Check::Varint, true),
-            def(2, Check::Varint, true),
-        ],
-    ),
-    Schema::new(
-        "Temperature",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "RailPower",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Fixed64, false),
-            def(3, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "ComponentSeconds",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "RailEnergy",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "ModeSeconds",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Fixed64, false),
-        ],
-    ),
-    Schema::new(
-        "TierHealth",
-        &[
-            def(1, Check::Varint, false),
-            def(2, Check::Varint, false),
-            def(3, Check::Varint, false),
-            def(4, Check::Fixed64, false),
-            def(5, Check::Varint, false),
-            def(6, Check::Varint, false),
-            def(7, Check::Varint, false),
-        ],
-    ),
-    Schema::new(
-        "Attribute",
-        &[
-            def(1, Check::Str, false),
-            def(2, Check::Str, false),
-            def(3, Check::Varint, false),
-            def(4, Check::Fixed64, false),
-            def(5, Check::Varint, false),
-        ],
-    ),
-];
+// The schema of `Event` and every message under it, `Event` first: per message its index in
+// `MESSAGES`, its name, then per field its number, how its value is checked (a message by its
+// index) and whether it is repeated.
+schema! {
+    0 Event {
+        1: Varint, single;
+        2: Varint, single;
+        3: Varint, single;
+        10: Message(1), single;
+        11: Message(2), single;
+        12: Message(3), single;
+        13: Message(4), single;
+        14: Message(5), single;
+        15: Message(6), single;
+        16: Message(6), single;
+        17: Message(7), single;
+        18: Message(8), single;
+        19: Message(9), single;
+        20: Message(10), single;
+        21: Message(11), single;
+        22: Message(12), single;
+        23: Message(13), single;
+        24: Message(14), single;
+        25: Message(15), single;
+        26: Message(16), single;
+        27: Message(17), single;
+        28: Message(18), single;
+        29: Message(19), single;
+    }
+    1 DeadlineCounters {
+        1: Message(20), single;
+        2: Message(21), single;
+        3: Varint, single;
+        4: Fixed64, single;
+        5: Varint, single;
+        6: Varint, single;
+        7: Varint, single;
+        8: Varint, single;
+        9: Varint, single;
+        10: Varint, single;
+        11: Varint, single;
+        12: Message(22), single;
+        13: Varint, single;
+        14: Varint, single;
+        15: Varint, single;
+        16: Varint, single;
+        17: Varint, single;
+        18: Varint, single;
+    }
+    2 DeadlineMissBurst {
+        1: Message(20), single;
+        2: Message(21), single;
+        3: Varint, single;
+        4: Varint, single;
+        5: Varint, single;
+        6: Varint, single;
+        7: Varint, single;
+        8: Varint, single;
+        9: Varint, single;
+        10: Varint, single;
+    }
+    3 SafetyFallback {
+        1: Message(20), single;
+        2: Message(21), single;
+        3: Varint, single;
+        4: Varint, single;
+        5: Str, single;
+        6: Varint, single;
+    }
+    4 ProbeStatus {
+        1: Message(20), single;
+        2: Varint, single;
+        3: Fixed64, single;
+        4: Varint, single;
+        5: Varint, single;
+        6: Str, single;
+    }
+    5 ThermalSample {
+        1: Message(23), repeated;
+        2: Message(24), repeated;
+        3: Fixed64, repeated;
+        4: Varint, repeated;
+        5: Fixed64, single;
+        6: Varint, repeated;
+        7: Varint, single;
+        8: Varint, single;
+        9: Varint, single;
+    }
+    6 Throttle {
+        1: Varint, single;
+        2: Varint, single;
+        3: Str, single;
+        4: Fixed64, single;
+        5: Fixed64, single;
+        6: Varint, single;
+        7: Varint, single;
+        8: Fixed64, single;
+    }
+    7 ThrottleCounters {
+        1: Varint, single;
+        2: Message(25), repeated;
+        3: Message(21), single;
+    }
+    8 OverCurrent {
+        1: Str, single;
+        2: Varint, single;
+        3: Varint, single;
+    }
+    9 EnergyCounters {
+        1: Varint, single;
+        2: Message(26), repeated;
+        3: Message(21), single;
+    }
+    10 AutonomyModeChange {
+        1: Varint, single;
+        2: Varint, single;
+        3: Str, single;
+        4: Varint, single;
+        5: Varint, single;
+    }
+    11 AutonomySeconds {
+        1: Varint, single;
+        2: Message(27), repeated;
+        3: Message(21), single;
+    }
+    12 Intervention {
+        1: Varint, single;
+        2: Varint, single;
+        3: Str, single;
+        4: Varint, single;
+        5: Message(21), single;
+        6: Varint, single;
+    }
+    13 SafeStop {
+        1: Varint, single;
+        2: Varint, single;
+        3: Str, single;
+        4: Varint, single;
+        5: Message(21), single;
+        6: Varint, single;
+    }
+    14 ModelVersionChange {
+        1: Message(20), single;
+        2: Message(21), single;
+        3: Message(21), single;
+    }
+    15 QueueLoss {
+        1: Varint, single;
+        2: Varint, single;
+        3: Varint, single;
+        4: Varint, single;
+        5: Varint, single;
+        6: Fixed64, single;
+        7: Varint, single;
+        8: Varint, single;
+    }
+    16 OfflineWindowLow {
+        1: Fixed64, single;
+        2: Fixed64, single;
+        3: Fixed64, single;
+        4: Varint, single;
+    }
+    17 AgentHealth {
+        1: Str, single;
+        2: Fixed64, single;
+        3: Varint, single;
+        4: Fixed64, single;
+        5: Message(28), repeated;
+        6: Fixed64, single;
+        7: Varint, single;
+        8: Varint, single;
+        9: Varint, single;
+        10: Str, single;
+        11: Str, single;
+        12: Fixed64, single;
+        13: Varint, single;
+    }
+    18 LogRecord {
+        1: Varint, single;
+        2: Str, single;
+        3: Str, single;
+        4: Message(29), repeated;
+    }
+    19 CustomEvent {
+        1: Str, single;
+        2: Message(29), repeated;
+    }
+    20 LoopRef {
+        1: Varint, single;
+        2: Str, single;
+    }
+    21 ModelVersion {
+        1: Str, single;
+        2: Str, single;
+        3: Fixed64, single;
+        4: Str, single;
+        5: Str, single;
+        6: Str, single;
+        7: Str, single;
+        8: Varint, single;
+    }
+    22 LatencyHistogram {
+        1: Varint, repeated;
+        2: Varint, repeated;
+    }
+    23 Temperature {
+        1: Str, single;
+        2: Fixed64, single;
+    }
+    24 RailPower {
+        1: Str, single;
+        2: Fixed64, single;
+        3: Fixed64, single;
+    }
+    25 ComponentSeconds {
+        1: Varint, single;
+        2: Fixed64, single;
+    }
+    26 RailEnergy {
+        1: Str, single;
+        2: Fixed64, single;
+    }
+    27 ModeSeconds {
+        1: Varint, single;
+        2: Fixed64, single;
+    }
+    28 TierHealth {
+        1: Varint, single;
+        2: Varint, single;
+        3: Varint, single;
+        4: Fixed64, single;
+        5: Varint, single;
+        6: Varint, single;
+        7: Varint, single;
+    }
+    29 Attribute {
+        1: Str, single;
+        2: Str, single;
+        3: Varint, single;
+        4: Fixed64, single;
+        5: Varint, single;
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -897,6 +943,129 @@ mod tests {
                 accepted_before(&wrapped),
                 "groups {depth} deep"
             );
+        }
+    }
+
+    /// Wraps the bytes of a message `target` (its index in [`MESSAGES`]) in the fields that lead
+    /// to it from `Event`, so that prost judges them as part of an `Event`.
+    fn wrapped(target: usize, body: &[u8]) -> Vec<u8> {
+        let mut parent: Vec<Option<(usize, u32)>> = vec![None; MESSAGES.len()];
+        let mut reached = vec![0usize];
+        let mut i = 0;
+        while let Some(&at) = reached.get(i) {
+            for field in MESSAGES[at].fields {
+                if let Check::Message(inner) = field.check {
+                    let inner = usize::from(inner);
+                    if inner != 0 && parent[inner].is_none() {
+                        parent[inner] = Some((at, field.number));
+                        reached.push(inner);
+                    }
+                }
+            }
+            i += 1;
+        }
+        let mut bytes = body.to_vec();
+        let mut at = target;
+        while let Some((up, number)) = parent[at] {
+            let mut outer = Vec::new();
+            prost::encoding::encode_varint(u64::from(number << 3 | u32::from(LEN)), &mut outer);
+            prost::encoding::encode_varint(bytes.len() as u64, &mut outer);
+            outer.extend_from_slice(&bytes);
+            bytes = outer;
+            at = up;
+        }
+        bytes
+    }
+
+    /// One field of number `number` and wire type `wire` followed by a value of `value`'s shape:
+    /// well-formed, over-long, overflowing, truncated, packed, non-UTF-8 text, a group. With
+    /// fields in increasing and in other orders (see the test below) these reach both the check
+    /// of fields in the order prost writes them and the general loop.
+    fn one_field(number: u32, wire: u8, value: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        prost::encoding::encode_varint(u64::from(number << 3 | u32::from(wire)), &mut bytes);
+        let tail: Vec<u8> = match (wire, value) {
+            (VARINT, 0) => vec![0x01],
+            (VARINT, 1) => [[0xff; 9].as_slice(), &[0x01]].concat(),
+            (VARINT, 2) => [[0xff; 9].as_slice(), &[0x02]].concat(),
+            (VARINT, 3) => [[0x80; 10].as_slice(), &[0x00]].concat(),
+            (FIXED64, 0) => vec![0; 8],
+            (FIXED64, 1) => vec![0; 7],
+            (FIXED32, 0) => vec![0; 4],
+            (FIXED32, 1) => vec![0; 3],
+            (LEN, 0) => vec![0x02, 0x08, 0x01],
+            (LEN, 1) => vec![0x02, 0xff, 0xfe],
+            (LEN, 2) => [[0x08].as_slice(), &[0; 8]].concat(),
+            (LEN, 3) => vec![0x00],
+            (LEN, 4) => vec![0x03, 0xc3, 0xa9, 0x41],
+            (LEN, 5) => vec![0x05, 0x01],
+            (START_GROUP, 0) => {
+                let mut end = Vec::new();
+                let key = u64::from(number << 3 | u32::from(END_GROUP));
+                prost::encoding::encode_varint(key, &mut end);
+                end
+            }
+            _ => vec![],
+        };
+        bytes.extend_from_slice(&tail);
+        bytes
+    }
+
+    /// The field with its key written one byte longer than it needs (prost accepts it).
+    fn long_key(field: &[u8]) -> Vec<u8> {
+        let (_, after) = varint(field, 0).unwrap();
+        let mut bytes = field[..after].to_vec();
+        *bytes.last_mut().unwrap() |= 0x80;
+        bytes.push(0x00);
+        bytes.extend_from_slice(&field[after..]);
+        bytes
+    }
+
+    #[test]
+    fn every_field_of_every_message_in_any_order_and_shape_is_judged_as_prost_judges_it() {
+        for (index, schema) in MESSAGES.iter().enumerate() {
+            let last = schema.fields.last().map_or(0, |field| field.number);
+            let mut numbers: Vec<u32> = schema.fields.iter().map(|field| field.number).collect();
+            numbers.extend([last + 1, 31, 1000, (1 << 29) - 1]);
+            let singles: Vec<Vec<u8>> = numbers
+                .iter()
+                .flat_map(|&number| {
+                    (0..=FIXED32).flat_map(move |wire| {
+                        (0..6)
+                            .map(move |value| one_field(number, wire, value))
+                            .chain([long_key(&one_field(number, wire, 0))])
+                    })
+                })
+                .collect();
+            // Each field alone, then after each well-formed field of every number: in increasing
+            // order, repeated, out of order.
+            let firsts: Vec<Vec<u8>> = numbers
+                .iter()
+                .flat_map(|&number| (0..=FIXED32).map(move |wire| one_field(number, wire, 0)))
+                .collect();
+            for single in &singles {
+                let bytes = wrapped(index, single);
+                assert_eq!(
+                    accepted_now(&bytes),
+                    accepted_before(&bytes),
+                    "{} {single:02x?}",
+                    schema.name
+                );
+                for first in &firsts {
+                    for body in [
+                        [first.as_slice(), single].concat(),
+                        [single.as_slice(), first].concat(),
+                    ] {
+                        let bytes = wrapped(index, &body);
+                        assert_eq!(
+                            accepted_now(&bytes),
+                            accepted_before(&bytes),
+                            "{} {body:02x?}",
+                            schema.name
+                        );
+                    }
+                }
+            }
         }
     }
 
