@@ -104,7 +104,9 @@ fn main() {
             allocations[path] =
                 (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
             written[path - 1].push(
-                (write_bytes() - written_before) as f64 / 1024.0 / payloads.chunks(GROUP).len() as f64,
+                (write_bytes() - written_before) as f64
+                    / 1024.0
+                    / payloads.chunks(GROUP).len() as f64,
             );
         }
     }

@@ -812,9 +812,9 @@ impl Samples {
                     // The last chunk starting at or before `to_ms` holds the latest sample.
                     if let Some(entry) = table.range((id, i64::MIN)..=(id, to_ms))?.next_back() {
                         let (key, bytes) = entry?;
-                        let mut samples =
+                        let samples =
                             chunk::decode(bytes.value()).map_err(|_| corrupt(key.value().1))?;
-                        if let Some(latest) = samples.rfind(|(ts, _)| *ts <= to_ms)
+                        if let Some(latest) = samples.take_while(|(ts, _)| *ts <= to_ms).last()
                             && latest.0 >= from_ms
                         {
                             out.push(latest);
@@ -1768,6 +1768,88 @@ mod tests {
         drop(db);
         let reopened = Store::open_read_only(&path).unwrap();
         assert_eq!(reopened.sample_count().unwrap(), 303);
+    }
+
+    #[test]
+    fn a_store_of_plain_chunks_reads_back_and_rewrites_the_chunks_it_changes_compactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plain.redb");
+        // Two chunks of series 1 and one of series 2, in format 1, as the store before the
+        // compact encoding wrote them.
+        let a1: Vec<(i64, f64)> = (0..128).map(|i| (i * 10, i as f64)).collect();
+        let a2: Vec<(i64, f64)> = (128..200).map(|i| (i * 10, i as f64)).collect();
+        let b: Vec<(i64, f64)> = vec![(-5, f64::NAN), (7, 2.5)];
+        {
+            let db = Database::builder().create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut keys = txn.open_table(SERIES).unwrap();
+                let mut by_id = txn.open_table(SERIES_BY_ID).unwrap();
+                let mut chunks = txn.open_table(SAMPLE_CHUNKS).unwrap();
+                let mut meta = txn.open_table(META).unwrap();
+                for (id, key, parts) in [(1u64, "a{}", vec![&a1, &a2]), (2, "b{}", vec![&b])] {
+                    keys.insert(key, id).unwrap();
+                    by_id.insert(id, key).unwrap();
+                    for part in parts {
+                        let mut bytes = Vec::new();
+                        chunk::encode_plain(part, &mut bytes);
+                        chunks.insert((id, part[0].0), bytes.as_slice()).unwrap();
+                    }
+                }
+                meta.insert(NEXT_SERIES, 3).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let all: Vec<(i64, f64)> = a1.iter().chain(&a2).copied().collect();
+        let store = Store::open_path(&path).unwrap();
+        assert_eq!(
+            store.query("a", i64::MIN, i64::MAX).unwrap()[0].samples,
+            all
+        );
+        assert_eq!(store.sample_count().unwrap(), 202);
+        assert_eq!(
+            store.query_latest("a", 0, 1234, None).unwrap()[0].samples,
+            vec![(1230, 123.0)]
+        );
+        store
+            .write(|w| {
+                assert_eq!(w.put_sample(1, 100, 99.0)?, Upsert::Conflict);
+                assert_eq!(w.put_sample(1, 1990, 199.0)?, Upsert::Identical);
+                assert_eq!(w.put_sample(1, 2000, 200.0)?, Upsert::New);
+                Ok(())
+            })
+            .unwrap();
+        drop(store);
+        assert_chunks_hold_their_invariants(&path);
+        let db = Database::builder().open_read_only(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(SAMPLE_CHUNKS).unwrap();
+        let formats: Vec<((u64, i64), u8)> = table
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, bytes) = entry.unwrap();
+                (key.value(), bytes.value()[0])
+            })
+            .collect();
+        assert_eq!(
+            formats,
+            vec![((1, 0), 1), ((1, 1280), 2), ((2, -5), 1)],
+            "only the chunk that changed is rewritten, in format 2"
+        );
+        drop((table, txn, db));
+        let reopened = Store::open_read_only(&path).unwrap();
+        let mut expected = all;
+        expected.push((2000, 200.0));
+        assert_eq!(
+            reopened.query("a", i64::MIN, i64::MAX).unwrap()[0].samples,
+            expected
+        );
+        let read_b = &reopened.query("b", i64::MIN, i64::MAX).unwrap()[0].samples;
+        assert_eq!(
+            (read_b[0].0, read_b[0].1.is_nan(), read_b[1]),
+            (-5, true, (7, 2.5))
+        );
     }
 
     #[test]
