@@ -531,6 +531,7 @@ impl Store {
                 created: &mut created,
                 live: foldhash::HashMap::default(),
                 live_machines: Vec::new(),
+                last_live_machine: 0,
             };
             let result = f(&mut writer)?;
             writer.flush_live()?;
@@ -1109,6 +1110,8 @@ pub struct Writer<'txn> {
     live: foldhash::HashMap<(u32, u64), (LiveSeries, bool)>,
     /// Machines of the entries of `live`.
     live_machines: Vec<String>,
+    /// The index in `live_machines` that [`Writer::live_machine`] gave last.
+    last_live_machine: u32,
 }
 
 impl Writer<'_> {
@@ -1288,20 +1291,26 @@ impl Writer<'_> {
     }
 
     /// The index of `machine` in `live_machines`, added when new (the machine of the previous
-    /// call first: a batch's series are all its machine's).
+    /// call first: a batch's series are all its machine's, so the list is searched once per
+    /// batch, not once per sample).
     fn live_machine(&mut self, machine: &str) -> u32 {
-        let found = match self.live_machines.last() {
-            Some(last) if last.as_str() == machine => Some(self.live_machines.len() - 1),
-            _ => self
-                .live_machines
-                .iter()
-                .rposition(|m| m.as_str() == machine),
+        let last = self.last_live_machine as usize;
+        let index = match self.live_machines.get(last) {
+            Some(m) if m.as_str() == machine => last,
+            _ => {
+                let found = self
+                    .live_machines
+                    .iter()
+                    .rposition(|m| m.as_str() == machine);
+                found.unwrap_or_else(|| {
+                    self.live_machines.push(machine.to_owned());
+                    self.live_machines.len() - 1
+                })
+            }
         };
-        let index = found.unwrap_or_else(|| {
-            self.live_machines.push(machine.to_owned());
-            self.live_machines.len() - 1
-        });
-        u32::try_from(index).unwrap_or(u32::MAX)
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        self.last_live_machine = index;
+        index
     }
 
     /// How many series of `machine` are live.
