@@ -59,6 +59,8 @@ fn main() {
     let mut allocations = [0.0; 3];
     // KiB written to the device per group of messages, per ingest path.
     let mut written = [Vec::new(), Vec::new()];
+    // Size of the store file once every batch is stored.
+    let mut file_bytes = 0;
     for _ in 0..RUNS {
         let mut decoder = BatchDecoder::new().unwrap();
         let allocated = ALLOCATOR.allocations_on_this_thread();
@@ -74,7 +76,8 @@ fn main() {
         allocations[0] = (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
 
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_path(&dir.path().join("bench.redb")).unwrap();
+        let file = dir.path().join("bench.redb");
+        let store = Store::open_path(&file).unwrap();
         let mut ingestor = Ingestor::new(store, IngestConfig::default()).unwrap();
         for (label, sink) in [("ingest", &mut ingest), ("duplicate", &mut duplicate)] {
             let allocated = ALLOCATOR.allocations_on_this_thread();
@@ -108,6 +111,9 @@ fn main() {
                     / 1024.0
                     / payloads.chunks(GROUP).len() as f64,
             );
+            if label == "ingest" {
+                file_bytes = std::fs::metadata(&file).unwrap().len();
+            }
         }
     }
     let decode = median(&mut decode);
@@ -139,6 +145,10 @@ fn main() {
     println!(
         "KiB written per group of {GROUP} (median): new batches {:.0}, re-sent batches {:.0}",
         written[0], written[1]
+    );
+    println!(
+        "store file after the new batches: {:.1} MiB",
+        file_bytes as f64 / 1048576.0
     );
     println!("load average after: {}", loadavg());
 }
