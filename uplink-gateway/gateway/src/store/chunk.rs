@@ -413,10 +413,10 @@ mod tests {
 
     #[test]
     fn steady_counters_take_fewer_bytes_than_plain_samples() {
-        // A deadline counter every 20 s: 500 more cycles each time.
         // A deadline counter every 20 s (500 more cycles each time) in a third of the bytes,
         // energy in joules with a fraction in two thirds.
-        let steps: [(fn(i64) -> f64, f64); 2] = [
+        type Value = fn(i64) -> f64;
+        let steps: [(Value, f64); 2] = [
             (|i| 250.0 * (2 * i + 1) as f64, 1.0 / 3.0),
             (|i| 0.37 * i as f64, 2.0 / 3.0),
         ];
