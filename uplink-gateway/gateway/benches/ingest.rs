@@ -15,7 +15,7 @@ use edgewatch_gateway::ingest::{Incoming, Ingestor};
 use edgewatch_gateway::store::Store;
 use edgewatch_proto::framing::BatchDecoder;
 use edgewatch_test_kit::alloc::CountingAllocator;
-use ingest_payloads::{EVENTS_PER_BATCH, GROUP, loadavg, median};
+use ingest_payloads::{EVENTS_PER_BATCH, GROUP, loadavg, median, write_bytes};
 
 /// Counts allocations per event: one relaxed atomic and a thread-local per call, the same for
 /// every path.
@@ -57,6 +57,10 @@ fn main() {
     let mut cpu = [Vec::new(), Vec::new(), Vec::new()];
     // Allocations per event, per path (the same in every run).
     let mut allocations = [0.0; 3];
+    // KiB written to the device per group of messages, per ingest path.
+    let mut written = [Vec::new(), Vec::new()];
+    // Size of the store file once every batch is stored.
+    let mut file_bytes = 0;
     for _ in 0..RUNS {
         let mut decoder = BatchDecoder::new().unwrap();
         let allocated = ALLOCATOR.allocations_on_this_thread();
@@ -72,10 +76,12 @@ fn main() {
         allocations[0] = (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
 
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_path(&dir.path().join("bench.redb")).unwrap();
+        let file = dir.path().join("bench.redb");
+        let store = Store::open_path(&file).unwrap();
         let mut ingestor = Ingestor::new(store, IngestConfig::default()).unwrap();
         for (label, sink) in [("ingest", &mut ingest), ("duplicate", &mut duplicate)] {
             let allocated = ALLOCATOR.allocations_on_this_thread();
+            let written_before = write_bytes();
             let cpu_started = thread_cpu();
             let started = Instant::now();
             let mut new_events = 0;
@@ -100,12 +106,21 @@ fn main() {
             cpu[path].push((thread_cpu() - cpu_started) * 1e6 / events);
             allocations[path] =
                 (ALLOCATOR.allocations_on_this_thread() - allocated) as f64 / events;
+            written[path - 1].push(
+                (write_bytes() - written_before) as f64
+                    / 1024.0
+                    / payloads.chunks(GROUP).len() as f64,
+            );
+            if label == "ingest" {
+                file_bytes = std::fs::metadata(&file).unwrap().len();
+            }
         }
     }
     let decode = median(&mut decode);
     let ingest = median(&mut ingest);
     let duplicate = median(&mut duplicate);
     let cpu = cpu.map(|mut runs| median(&mut runs));
+    let written = written.map(|mut runs| median(&mut runs));
     println!(
         "| path | events/s (median) | batches/s | vs decode-only | CPU µs per event | vs decode-only, CPU | allocations per event |"
     );
@@ -127,5 +142,13 @@ fn main() {
             cpu[0] / cpu_us
         );
     }
+    println!(
+        "KiB written per group of {GROUP} (median): new batches {:.0}, re-sent batches {:.0}",
+        written[0], written[1]
+    );
+    println!(
+        "store file after the new batches: {:.1} MiB",
+        file_bytes as f64 / 1048576.0
+    );
     println!("load average after: {}", loadavg());
 }

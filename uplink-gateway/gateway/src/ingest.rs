@@ -50,7 +50,9 @@ use prost::Message as _;
 use crate::config::IngestConfig;
 use crate::dedup::{stream_key, stream_prefix};
 use crate::remote_write::build_request;
-use crate::series::{self, BaseLabels, EventSamples, Normalized, Refusal, Sample, SeriesKey};
+use crate::series::{
+    self, BaseLabels, EventSamples, KeyMemo, Normalized, Refusal, Sample, SeriesKey,
+};
 use crate::store::{
     DeadLetter, DeadLetterSource, LiveSeries, MachineState, Store, StoreError, Upsert, Writer,
 };
@@ -181,6 +183,8 @@ pub struct Ingestor {
     /// Shared with readers in the same process (the fleet page), which only read.
     store: std::sync::Arc<Store>,
     decoder: BatchDecoder,
+    /// Series keys built for the batch being ingested, for the events after.
+    keys: KeyMemo,
     config: IngestConfig,
 }
 
@@ -191,6 +195,7 @@ impl Ingestor {
         Ok(Self {
             store: std::sync::Arc::new(store),
             decoder,
+            keys: KeyMemo::default(),
             config,
         })
     }
@@ -218,6 +223,7 @@ impl Ingestor {
         arrival_ns: i64,
     ) -> Result<IngestReport, StoreError> {
         let decoder = &mut self.decoder;
+        let keys = &mut self.keys;
         let config = &self.config;
         self.store.write(|writer| {
             let mut report = IngestReport::default();
@@ -233,6 +239,7 @@ impl Ingestor {
                         arrival_ns,
                         &mut report.stats,
                         &mut remote,
+                        keys,
                     )?,
                     Ok(Valid::Status(status)) => {
                         ingest_status(writer, config, &status, arrival_ns, &mut report.stats)?;
@@ -633,14 +640,14 @@ impl<'b> BatchContext<'b, '_, '_> {
 
     /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
     /// the series budget, a conflict).
-    fn admit(&mut self, event: &Event, samples: EventSamples<'b>) -> Result<(), StoreError> {
+    fn admit(&mut self, event: &Event, samples: &EventSamples<'b>) -> Result<(), StoreError> {
         let EventSamples {
-            values,
+            ref values,
             baseline,
             run_start_ms,
             model,
             ..
-        } = samples;
+        } = *samples;
         let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
             return Ok(());
         };
@@ -664,7 +671,7 @@ impl<'b> BatchContext<'b, '_, '_> {
         known.clear();
         ids.clear();
         written.clear();
-        for v in &values {
+        for v in values {
             let id = self.writer.series_id(&v.series)?;
             let live = match id {
                 Some(id) => self.writer.live(machine, id)?,
@@ -906,6 +913,7 @@ fn ingest_batch(
     arrival_ns: i64,
     stats: &mut IngestStats,
     remote: &mut Vec<(String, Vec<Sample>)>,
+    keys: &mut KeyMemo,
 ) -> Result<Outcome, StoreError> {
     let key = stream_key(&batch.machine_id, batch.tier, batch.agent_epoch);
     let (mut ranges, _) = writer.dedup_get(&key)?.unwrap_or_default();
@@ -966,7 +974,14 @@ fn ingest_batch(
             let ms = series::ns_to_ms(event.event_time_unix_ns);
             cx.newest_event_ms = Some(cx.newest_event_ms.map_or(ms, |n| n.max(ms)));
         }
-        match series::normalize_event(&base, event, arrival_ns, ns(config.max_future_skew)) {
+        let normalized = series::normalize_event_with(
+            keys,
+            &base,
+            event,
+            arrival_ns,
+            ns(config.max_future_skew),
+        );
+        match normalized {
             Normalized::NotCounter => {}
             Normalized::Refused(refusal) => cx.refuse(event, refusal, true)?,
             Normalized::Counted(samples) if strict.is_none() => {
@@ -986,7 +1001,8 @@ fn ingest_batch(
                 for key in std::mem::take(&mut samples.refused_entries) {
                     cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
                 }
-                cx.admit(event, samples)?;
+                cx.admit(event, &samples)?;
+                keys.recycle(samples.values);
             }
         }
         if is_safety {

@@ -340,6 +340,7 @@ pub fn ns_to_ms(ns: i64) -> i64 {
 /// alone.
 struct Builder<'a> {
     base: &'a BaseLabels<'a>,
+    memo: &'a mut KeyMemo,
     values: Vec<Sample>,
     ts_ms: i64,
     bad_label: bool,
@@ -367,16 +368,140 @@ fn key_or_unknown(base: &BaseLabels<'_>, metric: &str, labels: &[(&str, Option<&
     }
 }
 
+/// Most keys a [`KeyMemo`] keeps: more than one machine's batch writes in the common case.
+const KEY_MEMO_MAX: usize = 32;
+
+/// Series keys already built for one machine (one set of base labels), by metric and the
+/// event's labels: the events of a batch mostly write the series of the events before them, so
+/// a key is built once per batch and copied after. Starts again empty when the base labels
+/// change, so it never gives a key of another machine.
+///
+/// It also keeps the samples of events admitted ([`KeyMemo::recycle`]) to build the next
+/// events' samples in: a key is copied into a string that has room for it, not allocated.
+#[derive(Debug, Default)]
+pub struct KeyMemo {
+    /// The base labels the keys were built with: machine, site, class.
+    base: [String; 3],
+    entries: Vec<MemoEntry>,
+    /// The entry after the last one found: an event's series come in the order of the event
+    /// before it.
+    next: usize,
+    /// Samples given back, their keys' strings to be written over.
+    spare: Vec<Sample>,
+    /// Emptied lists of samples given back.
+    spare_lists: Vec<Vec<Sample>>,
+}
+
+/// Most samples and lists a [`KeyMemo`] keeps for reuse.
+const SPARE_MAX: usize = 64;
+
+#[derive(Debug)]
+struct MemoEntry {
+    metric: String,
+    /// The event's labels as given (`None`: not a valid label value).
+    labels: Vec<(String, Option<String>)>,
+    key: String,
+}
+
+impl MemoEntry {
+    fn matches(&self, metric: &str, labels: &[(&str, Option<&str>)]) -> bool {
+        self.metric == metric
+            && self.labels.len() == labels.len()
+            && self
+                .labels
+                .iter()
+                .zip(labels)
+                .all(|((n, v), (name, value))| n == name && v.as_deref() == *value)
+    }
+}
+
+impl KeyMemo {
+    /// Gives back the samples of an event once they are admitted, for the next events.
+    pub fn recycle(&mut self, mut values: Vec<Sample>) {
+        let room = SPARE_MAX.saturating_sub(self.spare.len());
+        self.spare.extend(values.drain(..).take(room));
+        values.clear();
+        if self.spare_lists.len() < SPARE_MAX {
+            self.spare_lists.push(values);
+        }
+    }
+
+    /// A sample to fill in (its key's string empty).
+    fn sample(&mut self) -> Sample {
+        let mut sample = self.spare.pop().unwrap_or(Sample {
+            series: String::new(),
+            ts_ms: 0,
+            value: 0.0,
+        });
+        sample.series.clear();
+        sample
+    }
+
+    /// Writes the key of `metric` with `labels` for the machine of `base` (see
+    /// [`key_or_unknown`]) into `out`, in place of what it held.
+    fn key_into(
+        &mut self,
+        base: &BaseLabels<'_>,
+        metric: &str,
+        labels: &[(&str, Option<&str>)],
+        out: &mut String,
+    ) {
+        out.clear();
+        out.push_str(self.key(base, metric, labels));
+    }
+
+    /// The key of `metric` with `labels` for the machine of `base`.
+    fn key(
+        &mut self,
+        base: &BaseLabels<'_>,
+        metric: &str,
+        labels: &[(&str, Option<&str>)],
+    ) -> &str {
+        let [machine, site, class] = &self.base;
+        if (machine.as_str(), site.as_str(), class.as_str())
+            != (base.machine, base.site, base.class)
+        {
+            self.base = [base.machine, base.site, base.class].map(str::to_owned);
+            self.entries.clear();
+            self.next = 0;
+        }
+        let found = match self.entries.get(self.next) {
+            Some(entry) if entry.matches(metric, labels) => Some(self.next),
+            _ => self.entries.iter().position(|e| e.matches(metric, labels)),
+        };
+        if let Some(at) = found {
+            self.next = at + 1;
+            return &self.entries[at].key;
+        }
+        let entry = MemoEntry {
+            metric: metric.to_owned(),
+            labels: labels
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.map(str::to_owned)))
+                .collect(),
+            key: key_or_unknown(base, metric, labels),
+        };
+        // Full: the last entry gives way (a machine writing more series than that is rare).
+        if self.entries.len() == KEY_MEMO_MAX {
+            self.entries.pop();
+        }
+        self.entries.push(entry);
+        self.next = self.entries.len();
+        &self.entries[self.entries.len() - 1].key
+    }
+}
+
 impl Builder<'_> {
     /// Adds `metric` with the event's `labels` (`None`: a value that is not a valid label, which
     /// refuses the event) at the event time.
     fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
-        self.values.push(Sample {
-            series: key_or_unknown(self.base, metric, labels),
-            ts_ms: self.ts_ms,
-            value,
-        });
+        let mut sample = self.memo.sample();
+        self.memo
+            .key_into(self.base, metric, labels, &mut sample.series);
+        sample.ts_ms = self.ts_ms;
+        sample.value = value;
+        self.values.push(sample);
     }
 
     /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
@@ -406,9 +531,10 @@ impl Builder<'_> {
         };
         match entry.1 {
             Some(_) => self.push(metric, all, value),
-            None => self
-                .refused_entries
-                .push(key_or_unknown(self.base, metric, all)),
+            None => {
+                let key = self.memo.key(self.base, metric, all).to_owned();
+                self.refused_entries.push(key);
+            }
         }
     }
 }
@@ -443,13 +569,28 @@ pub fn normalize_event<'e>(
     arrival_ns: i64,
     max_future_skew_ns: i64,
 ) -> Normalized<'e> {
+    let mut memo = KeyMemo::default();
+    normalize_event_with(&mut memo, base, event, arrival_ns, max_future_skew_ns)
+}
+
+/// [`normalize_event`] with the keys built for the events before it (of any machine: `memo`
+/// starts again for another).
+pub fn normalize_event_with<'e>(
+    memo: &mut KeyMemo,
+    base: &BaseLabels<'_>,
+    event: &'e v1::Event,
+    arrival_ns: i64,
+    max_future_skew_ns: i64,
+) -> Normalized<'e> {
     let Some(kind) = &event.kind else {
         return Normalized::NotCounter;
     };
     let ts_ms = ns_to_ms(event.event_time_unix_ns);
+    let values = memo.spare_lists.pop().unwrap_or_default();
     let mut b = Builder {
         base,
-        values: Vec::new(),
+        memo,
+        values,
         ts_ms,
         bad_label: false,
         refused_entries: Vec::new(),
@@ -749,6 +890,52 @@ mod tests {
     };
 
     const ARRIVAL: i64 = 1_800_000_000_000_000_000;
+
+    #[test]
+    fn keys_remembered_across_events_and_machines_are_the_keys_built_afresh() {
+        let time = ARRIVAL - 1_500_000_000;
+        let mut other = batch();
+        other.machine_id = "truck-18".into();
+        let mut other_site = batch();
+        other_site.site_id = "pit-4".into();
+        let energy = |rails: &[&str]| Event {
+            seq: 2,
+            event_time_unix_ns: time,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::EnergyCounters(v1::EnergyCounters {
+                start_time_unix_ns: time - 1_000,
+                rails: rails
+                    .iter()
+                    .map(|rail| v1::RailEnergy {
+                        rail: (*rail).into(),
+                        joules: 1.0,
+                    })
+                    .collect(),
+                model: None,
+            })),
+        };
+        let events = [
+            counters(time, "safety"),
+            counters(time, "safety"),
+            counters(time, "planner"),
+            counters(time, "not an id"),
+            energy(&["VDD_GPU_SOC", "VDD_CPU_CV"]),
+            energy(&["VDD_CPU_CV", "not a rail", "VDD_GPU_SOC"]),
+            counters(time, "safety"),
+        ];
+        let mut memo = KeyMemo::default();
+        for batch in [batch(), other, batch(), other_site, batch()] {
+            let base = BaseLabels::of(&batch).unwrap();
+            for event in &events {
+                assert_eq!(
+                    normalize_event_with(&mut memo, &base, event, ARRIVAL, 0),
+                    normalize_event(&base, event, ARRIVAL, 0),
+                    "{} {event:?}",
+                    batch.machine_id
+                );
+            }
+        }
+    }
 
     #[test]
     fn the_labels_of_a_key_for_its_metric_are_what_splitting_the_key_gives() {

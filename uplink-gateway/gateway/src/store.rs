@@ -531,6 +531,7 @@ impl Store {
                 created: &mut created,
                 live: foldhash::HashMap::default(),
                 live_machines: Vec::new(),
+                last_live_machine: 0,
             };
             let result = f(&mut writer)?;
             writer.flush_live()?;
@@ -812,9 +813,9 @@ impl Samples {
                     // The last chunk starting at or before `to_ms` holds the latest sample.
                     if let Some(entry) = table.range((id, i64::MIN)..=(id, to_ms))?.next_back() {
                         let (key, bytes) = entry?;
-                        let mut samples =
+                        let samples =
                             chunk::decode(bytes.value()).map_err(|_| corrupt(key.value().1))?;
-                        if let Some(latest) = samples.rfind(|(ts, _)| *ts <= to_ms)
+                        if let Some(latest) = samples.take_while(|(ts, _)| *ts <= to_ms).last()
                             && latest.0 >= from_ms
                         {
                             out.push(latest);
@@ -1109,6 +1110,8 @@ pub struct Writer<'txn> {
     live: foldhash::HashMap<(u32, u64), (LiveSeries, bool)>,
     /// Machines of the entries of `live`.
     live_machines: Vec<String>,
+    /// The index in `live_machines` that [`Writer::live_machine`] gave last.
+    last_live_machine: u32,
 }
 
 impl Writer<'_> {
@@ -1288,20 +1291,26 @@ impl Writer<'_> {
     }
 
     /// The index of `machine` in `live_machines`, added when new (the machine of the previous
-    /// call first: a batch's series are all its machine's).
+    /// call first: a batch's series are all its machine's, so the list is searched once per
+    /// batch, not once per sample).
     fn live_machine(&mut self, machine: &str) -> u32 {
-        let found = match self.live_machines.last() {
-            Some(last) if last.as_str() == machine => Some(self.live_machines.len() - 1),
-            _ => self
-                .live_machines
-                .iter()
-                .rposition(|m| m.as_str() == machine),
+        let last = self.last_live_machine as usize;
+        let index = match self.live_machines.get(last) {
+            Some(m) if m.as_str() == machine => last,
+            _ => {
+                let found = self
+                    .live_machines
+                    .iter()
+                    .rposition(|m| m.as_str() == machine);
+                found.unwrap_or_else(|| {
+                    self.live_machines.push(machine.to_owned());
+                    self.live_machines.len() - 1
+                })
+            }
         };
-        let index = found.unwrap_or_else(|| {
-            self.live_machines.push(machine.to_owned());
-            self.live_machines.len() - 1
-        });
-        u32::try_from(index).unwrap_or(u32::MAX)
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        self.last_live_machine = index;
+        index
     }
 
     /// How many series of `machine` are live.
@@ -1768,6 +1777,88 @@ mod tests {
         drop(db);
         let reopened = Store::open_read_only(&path).unwrap();
         assert_eq!(reopened.sample_count().unwrap(), 303);
+    }
+
+    #[test]
+    fn a_store_of_plain_chunks_reads_back_and_rewrites_the_chunks_it_changes_compactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plain.redb");
+        // Two chunks of series 1 and one of series 2, in format 1, as the store before the
+        // compact encoding wrote them.
+        let a1: Vec<(i64, f64)> = (0..128).map(|i| (i * 10, i as f64)).collect();
+        let a2: Vec<(i64, f64)> = (128..200).map(|i| (i * 10, i as f64)).collect();
+        let b: Vec<(i64, f64)> = vec![(-5, f64::NAN), (7, 2.5)];
+        {
+            let db = Database::builder().create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut keys = txn.open_table(SERIES).unwrap();
+                let mut by_id = txn.open_table(SERIES_BY_ID).unwrap();
+                let mut chunks = txn.open_table(SAMPLE_CHUNKS).unwrap();
+                let mut meta = txn.open_table(META).unwrap();
+                for (id, key, parts) in [(1u64, "a{}", vec![&a1, &a2]), (2, "b{}", vec![&b])] {
+                    keys.insert(key, id).unwrap();
+                    by_id.insert(id, key).unwrap();
+                    for part in parts {
+                        let mut bytes = Vec::new();
+                        chunk::encode_plain(part, &mut bytes);
+                        chunks.insert((id, part[0].0), bytes.as_slice()).unwrap();
+                    }
+                }
+                meta.insert(NEXT_SERIES, 3).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let all: Vec<(i64, f64)> = a1.iter().chain(&a2).copied().collect();
+        let store = Store::open_path(&path).unwrap();
+        assert_eq!(
+            store.query("a", i64::MIN, i64::MAX).unwrap()[0].samples,
+            all
+        );
+        assert_eq!(store.sample_count().unwrap(), 202);
+        assert_eq!(
+            store.query_latest("a", 0, 1234, None).unwrap()[0].samples,
+            vec![(1230, 123.0)]
+        );
+        store
+            .write(|w| {
+                assert_eq!(w.put_sample(1, 100, 99.0)?, Upsert::Conflict);
+                assert_eq!(w.put_sample(1, 1990, 199.0)?, Upsert::Identical);
+                assert_eq!(w.put_sample(1, 2000, 200.0)?, Upsert::New);
+                Ok(())
+            })
+            .unwrap();
+        drop(store);
+        assert_chunks_hold_their_invariants(&path);
+        let db = Database::builder().open_read_only(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(SAMPLE_CHUNKS).unwrap();
+        let formats: Vec<((u64, i64), u8)> = table
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, bytes) = entry.unwrap();
+                (key.value(), bytes.value()[0])
+            })
+            .collect();
+        assert_eq!(
+            formats,
+            vec![((1, 0), 1), ((1, 1280), 2), ((2, -5), 1)],
+            "only the chunk that changed is rewritten, in format 2"
+        );
+        drop((table, txn, db));
+        let reopened = Store::open_read_only(&path).unwrap();
+        let mut expected = all;
+        expected.push((2000, 200.0));
+        assert_eq!(
+            reopened.query("a", i64::MIN, i64::MAX).unwrap()[0].samples,
+            expected
+        );
+        let read_b = &reopened.query("b", i64::MIN, i64::MAX).unwrap()[0].samples;
+        assert_eq!(
+            (read_b[0].0, read_b[0].1.is_nan(), read_b[1]),
+            (-5, true, (7, 2.5))
+        );
     }
 
     #[test]

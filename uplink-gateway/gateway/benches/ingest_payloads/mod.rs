@@ -114,3 +114,13 @@ pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
+
+/// Bytes this process has caused to be written to the block device so far (`write_bytes` of
+/// `/proc/self/io`: the pages its writes dirtied, counted when dirtied).
+pub fn write_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        .unwrap_or(0)
+}

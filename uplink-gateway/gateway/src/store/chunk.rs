@@ -16,46 +16,164 @@
 //! the transaction commits each changed chunk is written back under the timestamp of its first
 //! sample (removed when emptied), split in even parts when it grew beyond [`MAX_SAMPLES`].
 //!
-//! Encoding of a chunk (the value of `sample_chunks`):
+//! Encoding of a chunk (the value of `sample_chunks`), written in format 2; format 1 (stores
+//! from before it) is still read, and a chunk of format 1 is written in format 2 when a
+//! transaction changes it:
 //! ```text
-//! [format: u8 = 1] then per sample, in time order: [ts ms: i64 LE][value: f64 bits, u64 LE]
+//! format 1: [1] then per sample: [ts ms: i64 LE][value: f64 bits, u64 LE]          16 B/sample
+//! format 2: [2][n: varint][ts ms: zigzag varint][value: f64 bits, u64 LE]     first sample
+//!           then per sample: [Δts − previous Δts: zigzag varint][value XOR previous value]
+//!           value: [0] when equal; [0x80][to − from: zigzag varint] when both are whole
+//!           numbers and that gives back the exact bits; else the XOR of their bits as
+//!           [trailing zero bytes << 4 | length] and the `length` (1..=8) bytes left, LE
 //! ```
+//! A series sampled at a steady interval costs one byte per timestamp, a counter of whole
+//! numbers two to four bytes per value: 4 to 5 bytes per sample instead of 16, and a group
+//! rewrites a third or less of the bytes of the chunks it appends to. Arithmetic on timestamps wraps, so every `i64` round-trips.
 
 use super::Upsert;
 
-/// Most samples a stored chunk holds: 2 KiB of samples, half a redb page. A group rewrites the
-/// chunk it appends to, so a smaller chunk rewrites fewer bytes and a larger one makes fewer
-/// B-tree entries.
+/// Most samples a stored chunk holds. A group rewrites the chunk it appends to, so a smaller
+/// chunk rewrites fewer bytes and a larger one makes fewer B-tree entries.
 pub const MAX_SAMPLES: usize = 128;
 
-/// The format byte of the encoding above.
-const FORMAT: u8 = 1;
-/// Bytes per encoded sample.
-const SAMPLE_BYTES: usize = 16;
+/// The format byte of chunks from before the compact encoding.
+const FORMAT_PLAIN: u8 = 1;
+/// Bytes per sample of [`FORMAT_PLAIN`].
+const PLAIN_SAMPLE_BYTES: usize = 16;
+/// The format byte of the compact encoding, the one written.
+const FORMAT_COMPACT: u8 = 2;
 
 /// A stored chunk's bytes are not a chunk (wrong format byte or length, or samples out of order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("a sample chunk is not in the chunk format")]
 pub struct Malformed;
 
-/// Appends the encoding of `samples` (in time order) to `out`.
+/// The control byte of a value given as the difference of two whole numbers (see [`whole`]).
+const WHOLE_DELTA: u8 = 0x80;
+
+/// `value` as an integer when it is a whole number that an `f64` holds exactly.
+fn whole(value: f64) -> Option<i64> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    (value.fract() == 0.0 && value.abs() <= EXACT).then_some(value as i64)
+}
+
+fn put_varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    (value >> 1) as i64 ^ -((value & 1) as i64)
+}
+
+/// Reads a varint at the front of `bytes`, advancing it.
+fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = bytes.split_first()?;
+        *bytes = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
+    let (head, rest) = bytes.split_first_chunk::<8>()?;
+    *bytes = rest;
+    Some(u64::from_le_bytes(*head))
+}
+
+/// Appends the encoding of `samples` (in time order) to `out`, in the compact format.
 pub fn encode(samples: &[(i64, f64)], out: &mut Vec<u8>) {
-    out.reserve(1 + samples.len() * SAMPLE_BYTES);
-    out.push(FORMAT);
+    out.reserve(2 + samples.len() * 6);
+    out.push(FORMAT_COMPACT);
+    put_varint(samples.len() as u64, out);
+    let Some((&(first_ts, first_value), rest)) = samples.split_first() else {
+        return;
+    };
+    put_varint(zigzag(first_ts), out);
+    out.extend_from_slice(&first_value.to_bits().to_le_bytes());
+    let (mut ts, mut delta, mut bits) = (first_ts, 0i64, first_value.to_bits());
+    for &(next_ts, value) in rest {
+        let next_delta = next_ts.wrapping_sub(ts);
+        put_varint(zigzag(next_delta.wrapping_sub(delta)), out);
+        (ts, delta) = (next_ts, next_delta);
+        let previous = f64::from_bits(bits);
+        let xor = bits ^ value.to_bits();
+        bits = value.to_bits();
+        if xor == 0 {
+            out.push(0);
+            continue;
+        }
+        // A counter of whole numbers: their difference, when it gives back the exact bits.
+        if let (Some(from), Some(to)) = (whole(previous), whole(value))
+            && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == bits
+        {
+            out.push(WHOLE_DELTA);
+            put_varint(zigzag(to.wrapping_sub(from)), out);
+            continue;
+        }
+        let trailing = xor.trailing_zeros() / 8;
+        let length = 8 - xor.leading_zeros() / 8 - trailing;
+        out.push(((trailing << 4) | length) as u8);
+        let kept = (xor >> (8 * trailing)).to_le_bytes();
+        out.extend_from_slice(&kept[..length as usize]);
+    }
+}
+
+/// The encoding of format 1, as stores from before the compact format hold it (for tests).
+#[cfg(test)]
+pub fn encode_plain(samples: &[(i64, f64)], out: &mut Vec<u8>) {
+    out.push(FORMAT_PLAIN);
     for (ts, value) in samples {
         out.extend_from_slice(&ts.to_le_bytes());
         out.extend_from_slice(&value.to_bits().to_le_bytes());
     }
 }
 
-/// The samples of an encoded chunk, in time order.
+/// The samples of an encoded chunk, in time order (the whole encoding checked first).
 pub fn decode(bytes: &[u8]) -> Result<Samples<'_>, Malformed> {
-    match bytes.split_first() {
-        Some((&FORMAT, rest)) if rest.len() % SAMPLE_BYTES == 0 && !rest.is_empty() => {
-            Ok(Samples { rest })
+    let samples = match bytes.split_first() {
+        Some((&FORMAT_PLAIN, rest)) if rest.len() % PLAIN_SAMPLE_BYTES == 0 && !rest.is_empty() => {
+            Samples {
+                rest,
+                left: rest.len() / PLAIN_SAMPLE_BYTES,
+                state: State::Plain,
+            }
         }
-        _ => Err(Malformed),
+        Some((&FORMAT_COMPACT, mut rest)) => {
+            let left = take_varint(&mut rest)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .ok_or(Malformed)?;
+            Samples {
+                rest,
+                left,
+                state: State::CompactFirst,
+            }
+        }
+        _ => return Err(Malformed),
+    };
+    // Every sample there, and nothing after the last.
+    let mut check = samples.clone();
+    for _ in 0..samples.left {
+        check.next().ok_or(Malformed)?;
     }
+    if !check.rest.is_empty() {
+        return Err(Malformed);
+    }
+    Ok(samples)
 }
 
 /// Number of samples of an encoded chunk.
@@ -67,40 +185,78 @@ pub fn count(bytes: &[u8]) -> Result<usize, Malformed> {
 #[derive(Debug, Clone)]
 pub struct Samples<'a> {
     rest: &'a [u8],
+    /// Samples not yet read.
+    left: usize,
+    state: State,
 }
 
-fn sample_at(bytes: &[u8]) -> (i64, f64) {
-    let mut ts = [0u8; 8];
-    let mut value = [0u8; 8];
-    ts.copy_from_slice(&bytes[..8]);
-    value.copy_from_slice(&bytes[8..SAMPLE_BYTES]);
-    (
-        i64::from_le_bytes(ts),
-        f64::from_bits(u64::from_le_bytes(value)),
-    )
+/// Where [`Samples`] stands in its encoding.
+#[derive(Debug, Clone, Copy)]
+enum State {
+    /// Format 1.
+    Plain,
+    /// Format 2, before its first sample.
+    CompactFirst,
+    /// Format 2 after a sample: its (ts, Δts from the one before, value bits).
+    Compact(i64, i64, u64),
+}
+
+impl Samples<'_> {
+    fn read(&mut self) -> Option<(i64, f64)> {
+        let rest = &mut self.rest;
+        let (ts, delta, bits) = match self.state {
+            State::Plain => {
+                let ts = take_u64(rest)? as i64;
+                return Some((ts, f64::from_bits(take_u64(rest)?)));
+            }
+            State::CompactFirst => {
+                let ts = unzigzag(take_varint(rest)?);
+                (ts, 0, take_u64(rest)?)
+            }
+            State::Compact(ts, delta, bits) => {
+                let delta = delta.wrapping_add(unzigzag(take_varint(rest)?));
+                let (&control, tail) = rest.split_first()?;
+                *rest = tail;
+                let xor = if control == 0 {
+                    0
+                } else if control == WHOLE_DELTA {
+                    let from = f64::from_bits(bits) as i64;
+                    let to = from.wrapping_add(unzigzag(take_varint(rest)?));
+                    bits ^ (to as f64).to_bits()
+                } else {
+                    let trailing = usize::from(control >> 4);
+                    let length = usize::from(control & 0x0f);
+                    if length == 0 || trailing + length > 8 {
+                        return None;
+                    }
+                    let (kept, tail) = rest.split_at_checked(length)?;
+                    *rest = tail;
+                    let mut word = [0u8; 8];
+                    word[..length].copy_from_slice(kept);
+                    u64::from_le_bytes(word) << (8 * trailing)
+                };
+                (ts.wrapping_add(delta), delta, bits ^ xor)
+            }
+        };
+        self.state = State::Compact(ts, delta, bits);
+        Some((ts, f64::from_bits(bits)))
+    }
 }
 
 impl Iterator for Samples<'_> {
     type Item = (i64, f64);
 
     fn next(&mut self) -> Option<(i64, f64)> {
-        let (first, rest) = self.rest.split_at_checked(SAMPLE_BYTES)?;
-        self.rest = rest;
-        Some(sample_at(first))
+        if self.left == 0 {
+            return None;
+        }
+        let sample = self.read()?;
+        self.left -= 1;
+        Some(sample)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.rest.len() / SAMPLE_BYTES;
-        (n, Some(n))
-    }
-}
-
-impl DoubleEndedIterator for Samples<'_> {
-    fn next_back(&mut self) -> Option<(i64, f64)> {
-        let at = self.rest.len().checked_sub(SAMPLE_BYTES)?;
-        let (rest, last) = self.rest.split_at(at);
-        self.rest = rest;
-        Some(sample_at(last))
+        (self.left, Some(self.left))
     }
 }
 
@@ -231,50 +387,105 @@ impl Chunk {
 mod tests {
     use super::*;
 
+    fn bits(samples: impl Iterator<Item = (i64, f64)>) -> Vec<(i64, u64)> {
+        samples.map(|(t, v)| (t, v.to_bits())).collect()
+    }
+
     #[test]
-    fn a_chunk_reads_back_what_was_encoded_in_both_directions() {
+    fn a_chunk_reads_back_what_was_encoded_in_either_format() {
         let samples = vec![
+            (i64::MIN, 1.5),
             (-5, 1.5),
             (0, f64::NAN),
             (7, -0.0),
+            (8, 0.0),
+            (9, f64::MAX),
             (i64::MAX, f64::INFINITY),
         ];
-        let mut bytes = Vec::new();
-        encode(&samples, &mut bytes);
-        let forward: Vec<_> = decode(&bytes)
-            .unwrap()
-            .map(|(t, v)| (t, v.to_bits()))
-            .collect();
-        let expected: Vec<_> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
-        assert_eq!(forward, expected);
-        let last = decode(&bytes).unwrap().next_back().unwrap();
-        assert_eq!(
-            (last.0, last.1.to_bits()),
-            (i64::MAX, f64::INFINITY.to_bits())
-        );
-        assert_eq!(count(&bytes), Ok(4));
+        let (mut compact, mut plain) = (Vec::new(), Vec::new());
+        encode(&samples, &mut compact);
+        encode_plain(&samples, &mut plain);
+        for bytes in [&compact, &plain] {
+            assert_eq!(bits(decode(bytes).unwrap()), bits(samples.iter().copied()));
+            assert_eq!(count(bytes), Ok(samples.len()));
+        }
+    }
+
+    #[test]
+    fn steady_counters_take_fewer_bytes_than_plain_samples() {
+        // A deadline counter every 20 s (500 more cycles each time) in a third of the bytes,
+        // energy in joules with a fraction in two thirds.
+        type Value = fn(i64) -> f64;
+        let steps: [(Value, f64); 2] = [
+            (|i| 250.0 * (2 * i + 1) as f64, 1.0 / 3.0),
+            (|i| 0.37 * i as f64, 2.0 / 3.0),
+        ];
+        for (step, most) in steps {
+            let samples: Vec<(i64, f64)> = (0..MAX_SAMPLES as i64)
+                .map(|i| (1_700_000_000_000 + i * 20_000, step(i)))
+                .collect();
+            let (mut compact, mut plain) = (Vec::new(), Vec::new());
+            encode(&samples, &mut compact);
+            encode_plain(&samples, &mut plain);
+            assert_eq!(
+                bits(decode(&compact).unwrap()),
+                bits(samples.iter().copied())
+            );
+            assert!(
+                compact.len() as f64 <= plain.len() as f64 * most,
+                "{} bytes against {}",
+                compact.len(),
+                plain.len()
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_samples_in_time_order_round_trip(
+            mut samples in proptest::collection::vec((proptest::num::i64::ANY, proptest::num::u64::ANY), 1..200)
+        ) {
+            samples.sort_by_key(|s| s.0);
+            samples.dedup_by_key(|s| s.0);
+            let samples: Vec<(i64, f64)> =
+                samples.into_iter().map(|(t, v)| (t, f64::from_bits(v))).collect();
+            let mut bytes = Vec::new();
+            encode(&samples, &mut bytes);
+            proptest::prop_assert_eq!(bits(decode(&bytes).unwrap()), bits(samples.iter().copied()));
+            for cut in 0..bytes.len() {
+                proptest::prop_assert!(decode(&bytes[..cut]).is_err(), "cut at {}", cut);
+            }
+        }
     }
 
     #[test]
     fn bytes_of_another_format_or_length_or_order_are_malformed() {
-        let mut bytes = Vec::new();
-        encode(&[(1, 1.0), (2, 2.0)], &mut bytes);
-        assert_eq!(decode(&bytes[..bytes.len() - 1]).err(), Some(Malformed));
-        assert_eq!(decode(&bytes[..1]).err(), Some(Malformed), "no samples");
-        let mut other = bytes.clone();
-        other[0] = 2;
-        assert_eq!(decode(&other).err(), Some(Malformed));
-        assert_eq!(
-            Chunk::loaded(2, &bytes, Vec::new()).err(),
-            Some(Malformed),
-            "key"
-        );
-        let mut backwards = Vec::new();
-        encode(&[(2, 1.0), (1, 2.0)], &mut backwards);
-        assert_eq!(
-            Chunk::loaded(2, &backwards, Vec::new()).err(),
-            Some(Malformed)
-        );
+        for encode in [encode, encode_plain] {
+            let mut bytes = Vec::new();
+            encode(&[(1, 1.0), (2, 2.0)], &mut bytes);
+            assert_eq!(decode(&bytes[..bytes.len() - 1]).err(), Some(Malformed));
+            assert_eq!(decode(&bytes[..1]).err(), Some(Malformed), "no samples");
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(decode(&longer).err(), Some(Malformed), "a byte after");
+            let mut other = bytes.clone();
+            other[0] = 3;
+            assert_eq!(decode(&other).err(), Some(Malformed));
+            assert_eq!(
+                Chunk::loaded(2, &bytes, Vec::new()).err(),
+                Some(Malformed),
+                "key"
+            );
+            let mut backwards = Vec::new();
+            encode(&[(2, 1.0), (1, 2.0)], &mut backwards);
+            assert_eq!(
+                Chunk::loaded(2, &backwards, Vec::new()).err(),
+                Some(Malformed)
+            );
+        }
+        let mut empty = Vec::new();
+        encode(&[], &mut empty);
+        assert_eq!(decode(&empty).err(), Some(Malformed), "no samples");
     }
 
     #[test]
