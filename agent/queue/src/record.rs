@@ -17,10 +17,7 @@ pub const HEADER_LEN: usize = 12;
 /// Bytes a record costs beyond its value: the `u64` key.
 pub const KEY_LEN: u64 = 8;
 
-/// Protobuf tag of `Event.seq` (field 1, varint).
-const SEQ_TAG: u8 = 0x08;
-
-use crate::wire;
+use crate::wire::{self, SEQ_KEY};
 
 /// The bytes are not an `Event` as prost would decode it, or hold a group at their top level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -64,7 +61,13 @@ pub fn encode(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    splice(out, seq, appended_unix_ms, event, wire::top_field)
+    let start = head(out, seq, appended_unix_ms);
+    let mut run = 0;
+    let walked = wire::check_event(event, |from, to| {
+        out.extend_from_slice(&event[run..from]);
+        run = to;
+    });
+    finish(out, start, event, run, walked)
 }
 
 /// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
@@ -76,38 +79,42 @@ pub fn encode_trusted(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    splice(out, seq, appended_unix_ms, event, |event, pos| {
-        let (field, wire_type, after) = wire::key(event, pos)?;
-        Some((field, wire::skip_top(event, wire_type, after)?))
-    })
+    let start = head(out, seq, appended_unix_ms);
+    let mut run = 0;
+    let walked = wire::walk_trusted(event, |from, to| {
+        out.extend_from_slice(&event[run..from]);
+        run = to;
+    });
+    finish(out, start, event, run, walked)
 }
 
-fn splice(
-    out: &mut Vec<u8>,
-    seq: u64,
-    appended_unix_ms: u64,
-    event: &[u8],
-    next: impl Fn(&[u8], usize) -> Option<(u32, usize)>,
-) -> Result<(), MalformedEvent> {
+/// Appends a record's header and `seq` to `out` with one copy (the checksum is filled in by
+/// [`finish`]); returns where the record starts.
+#[inline(always)]
+fn head(out: &mut Vec<u8>, seq: u64, appended_unix_ms: u64) -> usize {
     let start = out.len();
-    // The header and `seq` are written with one copy, and the caller's fields in runs: one copy
-    // of the whole event unless it carries a field 1 of its own.
     let mut head = [0u8; HEADER_LEN + 1 + 10];
     head[4..HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
-    head[HEADER_LEN] = SEQ_TAG;
+    head[HEADER_LEN] = SEQ_KEY;
     let head_len = HEADER_LEN + 1 + put_varint(&mut head[HEADER_LEN + 1..], seq);
     out.extend_from_slice(&head[..head_len]);
-    let (mut pos, mut run) = (0, 0);
-    while pos < event.len() {
-        let Some((field, end)) = next(event, pos) else {
-            out.truncate(start);
-            return Err(MalformedEvent { offset: pos });
-        };
-        if field == 1 {
-            out.extend_from_slice(&event[run..pos]);
-            run = end;
-        }
-        pos = end;
+    start
+}
+
+/// Completes the record started at `start` once its event was walked: the caller's fields from
+/// `run` on (the fields 1 before were dropped, the runs between them copied), then the checksum;
+/// on a failed walk, leaves `out` as it was.
+#[inline(always)]
+fn finish(
+    out: &mut Vec<u8>,
+    start: usize,
+    event: &[u8],
+    run: usize,
+    walked: Result<(), usize>,
+) -> Result<(), MalformedEvent> {
+    if let Err(offset) = walked {
+        out.truncate(start);
+        return Err(MalformedEvent { offset });
     }
     out.extend_from_slice(&event[run..]);
     let crc = crc32c::crc32c(&out[start + 4..]);
@@ -117,13 +124,7 @@ fn splice(
 
 /// Checks `event` as [`encode`] does, without storing it.
 pub fn validate(event: &[u8]) -> Result<(), MalformedEvent> {
-    let mut pos = 0;
-    while pos < event.len() {
-        pos = wire::top_field(event, pos)
-            .ok_or(MalformedEvent { offset: pos })?
-            .1;
-    }
-    Ok(())
+    wire::check_event(event, |_, _| {}).map_err(|offset| MalformedEvent { offset })
 }
 
 /// Checks a stored value read under key `seq`.
@@ -137,7 +138,7 @@ pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
         return Err(CorruptRecord::Checksum);
     }
     let event = &value[HEADER_LEN..];
-    if event[0] != SEQ_TAG {
+    if event[0] != SEQ_KEY {
         return Err(CorruptRecord::SeqMismatch);
     }
     match read_varint(event, 1) {
