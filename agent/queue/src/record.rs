@@ -117,7 +117,7 @@ fn finish(
         return Err(MalformedEvent { offset });
     }
     out.extend_from_slice(&event[run..]);
-    let crc = crc32c::crc32c(&out[start + 4..]);
+    let crc = checksum(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
@@ -134,7 +134,7 @@ pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
     }
     let (crc, rest) = value.split_at(4);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(rest) != stored {
+    if checksum(rest) != stored {
         return Err(CorruptRecord::Checksum);
     }
     let event = &value[HEADER_LEN..];
@@ -154,6 +154,45 @@ pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
 pub fn appended_unix_ms(value: &[u8]) -> Option<u64> {
     let bytes: [u8; 8] = value.get(4..HEADER_LEN)?.try_into().ok()?;
     Some(u64::from_le_bytes(bytes))
+}
+
+/// The CRC32C (Castagnoli) of `bytes`, as `crc32c::crc32c` computes it. A record is short
+/// (about 200 bytes): on x86-64 with SSE 4.2 it is one `crc32` instruction per eight bytes in a
+/// single loop, then one each for the last four, two and one bytes. The crate's general routine
+/// first aligns its reads byte by byte and sets up three-way interleaved loops for long buffers,
+/// which on a record of 200 bytes cost about a third of its checksum. Elsewhere, the crate's.
+#[inline]
+pub(crate) fn checksum(bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2, checked just above.
+        return unsafe { checksum_sse42(bytes) };
+    }
+    crc32c::crc32c(bytes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn checksum_sse42(bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64};
+    let (words, rest) = bytes.as_chunks::<8>();
+    let mut crc = u64::from(u32::MAX);
+    for word in words {
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(*word));
+    }
+    let mut crc = crc as u32;
+    let (four, rest) = rest.split_at(rest.len() & 4);
+    if let Ok(four) = <[u8; 4]>::try_from(four) {
+        crc = _mm_crc32_u32(crc, u32::from_le_bytes(four));
+    }
+    let (two, rest) = rest.split_at(rest.len() & 2);
+    if let Ok(two) = <[u8; 2]>::try_from(two) {
+        crc = _mm_crc32_u16(crc, u16::from_le_bytes(two));
+    }
+    if let Some(&one) = rest.first() {
+        crc = _mm_crc32_u8(crc, one);
+    }
+    !crc
 }
 
 /// Writes `value` as a varint at the start of `out` (ten bytes hold any `u64`); returns its
@@ -295,6 +334,17 @@ mod tests {
         let bad = [0xea, 0x01, 0x03, 0x0a, 0x01, 0xff];
         assert!(encode(&mut Vec::new(), 1, 0, &bad).is_err());
         assert!(encode_trusted(&mut Vec::new(), 1, 0, &bad).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_checksum_is_the_crc32c_of_the_crate_at_every_length_and_alignment(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            from in 0usize..16,
+        ) {
+            let bytes = &bytes[from.min(bytes.len())..];
+            proptest::prop_assert_eq!(checksum(bytes), crc32c::crc32c(bytes));
+        }
     }
 
     #[test]
