@@ -88,8 +88,10 @@ pub fn encode_trusted(
     finish(out, start, event, run, walked)
 }
 
-/// Appends a record's header and `seq` to `out` with one copy (the checksum is filled in by
-/// [`finish`]); returns where the record starts.
+/// Appends a record's header and `seq` to `out` (the checksum is filled in by [`finish`]);
+/// returns where the record starts. The header is copied at its longest (a ten-byte `seq`), a
+/// copy of a fixed length done with a few moves instead of a call, then cut to its length: `out`
+/// needs room for the longest header, as a record's worst case does anyway.
 #[inline(always)]
 fn head(out: &mut Vec<u8>, seq: u64, appended_unix_ms: u64) -> usize {
     let start = out.len();
@@ -97,7 +99,8 @@ fn head(out: &mut Vec<u8>, seq: u64, appended_unix_ms: u64) -> usize {
     head[4..HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
     head[HEADER_LEN] = SEQ_KEY;
     let head_len = HEADER_LEN + 1 + put_varint(&mut head[HEADER_LEN + 1..], seq);
-    out.extend_from_slice(&head[..head_len]);
+    out.extend_from_slice(&head);
+    out.truncate(start + head_len);
     start
 }
 
