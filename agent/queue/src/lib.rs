@@ -10,7 +10,8 @@
 //! - [`record`]: the stored record (CRC32C, append time, the event with its `seq` spliced in).
 //! - [`window`]: pure logic for the offline window (smoothed rates, alarm hysteresis).
 //! - `wire`: checks an encoded `Event` as prost would decode it, in one pass, without allocating
-//!   (the schema as a table); [`record`] uses it while it splices the sequence number in.
+//!   (one schema list generates a check per message); [`record`] uses it while it splices the
+//!   sequence number in.
 //! - [`status`]: [`QueueStatus`] and the snapshot file another process reads.
 //! - `log`: the segmented log: per-tier segments of framed records, two state slots.
 //! - `store`: the storage boundary over the log, and the migration from the old redb format;

@@ -839,7 +839,52 @@ impl Queue {
             return Err(AppendError::TooLarge { len, max });
         }
         let len = len as u64;
-        if check && (self.store.is_none() || !self.pending_has_room(len)) {
+        if self.store.is_none() || !self.pending_has_room(len) {
+            self.append_without_room(ix, event, check, len, now)?;
+        }
+        let seq = *self.next_seq.at(ix);
+        let ms = if now == self.append_time.0 {
+            self.append_time.1
+        } else {
+            self.append_time = (now, unix_ms(now));
+            self.append_time.1
+        };
+        // Room was checked above: the buffer does not grow.
+        let stored = self.pending.frames[ix].push(seq, |out| {
+            if check {
+                record::encode(out, seq, ms, event)
+            } else {
+                record::encode_trusted(out, seq, ms, event)
+            }
+        })? as u64;
+        self.pending.records += 1;
+        self.pending.bytes += stored;
+        *self.next_seq.at_mut(ix) += 1;
+        self.rates.record(ix, stored + record::KEY_LEN);
+        let since = if ix == 0 {
+            &mut self.pending.safety_since
+        } else {
+            &mut self.pending.bulk_since
+        };
+        since.get_or_insert(now);
+        Ok(seq)
+    }
+
+    /// An append of `len` bytes to tier `ix` for which the store is unavailable or the buffer
+    /// has no room: refuses it (counted as lost, unless its bytes are not an event), holds a
+    /// safety append in memory, or flushes inline to make room. Kept apart from the usual path
+    /// of [`Queue::append_valid`], which it leaves as short as it can be.
+    #[cold]
+    #[inline(never)]
+    fn append_without_room(
+        &mut self,
+        ix: usize,
+        event: &[u8],
+        check: bool,
+        len: u64,
+        now: SystemTime,
+    ) -> Result<(), AppendError> {
+        if check {
             // Bytes that are not an event are refused before anything is counted as lost for
             // them; on the usual path `record::encode` checks them as it stores them.
             record::validate(event)?;
@@ -873,32 +918,7 @@ impl Queue {
                 });
             }
         }
-        let seq = *self.next_seq.at(ix);
-        let ms = if now == self.append_time.0 {
-            self.append_time.1
-        } else {
-            self.append_time = (now, unix_ms(now));
-            self.append_time.1
-        };
-        // Room was checked above: the buffer does not grow.
-        let stored = self.pending.frames[ix].push(seq, |out| {
-            if check {
-                record::encode(out, seq, ms, event)
-            } else {
-                record::encode_trusted(out, seq, ms, event)
-            }
-        })? as u64;
-        self.pending.records += 1;
-        self.pending.bytes += stored;
-        *self.next_seq.at_mut(ix) += 1;
-        self.rates.record(ix, stored + record::KEY_LEN);
-        let since = if ix == 0 {
-            &mut self.pending.safety_since
-        } else {
-            &mut self.pending.bulk_since
-        };
-        since.get_or_insert(now);
-        Ok(seq)
+        Ok(())
     }
 
     fn pending_has_room(&self, len: u64) -> bool {

@@ -17,10 +17,7 @@ pub const HEADER_LEN: usize = 12;
 /// Bytes a record costs beyond its value: the `u64` key.
 pub const KEY_LEN: u64 = 8;
 
-/// Protobuf tag of `Event.seq` (field 1, varint).
-const SEQ_TAG: u8 = 0x08;
-
-use crate::wire;
+use crate::wire::{self, SEQ_KEY};
 
 /// The bytes are not an `Event` as prost would decode it, or hold a group at their top level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -64,7 +61,13 @@ pub fn encode(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    splice(out, seq, appended_unix_ms, event, wire::top_field)
+    let start = head(out, seq, appended_unix_ms);
+    let mut run = 0;
+    let walked = wire::check_event(event, |from, to| {
+        out.extend_from_slice(&event[run..from]);
+        run = to;
+    });
+    finish(out, start, event, run, walked)
 }
 
 /// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
@@ -76,54 +79,55 @@ pub fn encode_trusted(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    splice(out, seq, appended_unix_ms, event, |event, pos| {
-        let (field, wire_type, after) = wire::key(event, pos)?;
-        Some((field, wire::skip_top(event, wire_type, after)?))
-    })
+    let start = head(out, seq, appended_unix_ms);
+    let mut run = 0;
+    let walked = wire::walk_trusted(event, |from, to| {
+        out.extend_from_slice(&event[run..from]);
+        run = to;
+    });
+    finish(out, start, event, run, walked)
 }
 
-fn splice(
-    out: &mut Vec<u8>,
-    seq: u64,
-    appended_unix_ms: u64,
-    event: &[u8],
-    next: impl Fn(&[u8], usize) -> Option<(u32, usize)>,
-) -> Result<(), MalformedEvent> {
+/// Appends a record's header and `seq` to `out` (the checksum is filled in by [`finish`]);
+/// returns where the record starts. The header is copied at its longest (a ten-byte `seq`), a
+/// copy of a fixed length done with a few moves instead of a call, then cut to its length: `out`
+/// needs room for the longest header, as a record's worst case does anyway.
+#[inline(always)]
+fn head(out: &mut Vec<u8>, seq: u64, appended_unix_ms: u64) -> usize {
     let start = out.len();
-    // The header and `seq` are written with one copy, and the caller's fields in runs: one copy
-    // of the whole event unless it carries a field 1 of its own.
     let mut head = [0u8; HEADER_LEN + 1 + 10];
     head[4..HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
-    head[HEADER_LEN] = SEQ_TAG;
+    head[HEADER_LEN] = SEQ_KEY;
     let head_len = HEADER_LEN + 1 + put_varint(&mut head[HEADER_LEN + 1..], seq);
-    out.extend_from_slice(&head[..head_len]);
-    let (mut pos, mut run) = (0, 0);
-    while pos < event.len() {
-        let Some((field, end)) = next(event, pos) else {
-            out.truncate(start);
-            return Err(MalformedEvent { offset: pos });
-        };
-        if field == 1 {
-            out.extend_from_slice(&event[run..pos]);
-            run = end;
-        }
-        pos = end;
+    out.extend_from_slice(&head);
+    out.truncate(start + head_len);
+    start
+}
+
+/// Completes the record started at `start` once its event was walked: the caller's fields from
+/// `run` on (the fields 1 before were dropped, the runs between them copied), then the checksum;
+/// on a failed walk, leaves `out` as it was.
+#[inline(always)]
+fn finish(
+    out: &mut Vec<u8>,
+    start: usize,
+    event: &[u8],
+    run: usize,
+    walked: Result<(), usize>,
+) -> Result<(), MalformedEvent> {
+    if let Err(offset) = walked {
+        out.truncate(start);
+        return Err(MalformedEvent { offset });
     }
     out.extend_from_slice(&event[run..]);
-    let crc = crc32c::crc32c(&out[start + 4..]);
+    let crc = checksum(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
 
 /// Checks `event` as [`encode`] does, without storing it.
 pub fn validate(event: &[u8]) -> Result<(), MalformedEvent> {
-    let mut pos = 0;
-    while pos < event.len() {
-        pos = wire::top_field(event, pos)
-            .ok_or(MalformedEvent { offset: pos })?
-            .1;
-    }
-    Ok(())
+    wire::check_event(event, |_, _| {}).map_err(|offset| MalformedEvent { offset })
 }
 
 /// Checks a stored value read under key `seq`.
@@ -133,11 +137,11 @@ pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
     }
     let (crc, rest) = value.split_at(4);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(rest) != stored {
+    if checksum(rest) != stored {
         return Err(CorruptRecord::Checksum);
     }
     let event = &value[HEADER_LEN..];
-    if event[0] != SEQ_TAG {
+    if event[0] != SEQ_KEY {
         return Err(CorruptRecord::SeqMismatch);
     }
     match read_varint(event, 1) {
@@ -153,6 +157,45 @@ pub fn check(value: &[u8], seq: u64) -> Result<RecordView<'_>, CorruptRecord> {
 pub fn appended_unix_ms(value: &[u8]) -> Option<u64> {
     let bytes: [u8; 8] = value.get(4..HEADER_LEN)?.try_into().ok()?;
     Some(u64::from_le_bytes(bytes))
+}
+
+/// The CRC32C (Castagnoli) of `bytes`, as `crc32c::crc32c` computes it. A record is short
+/// (about 200 bytes): on x86-64 with SSE 4.2 it is one `crc32` instruction per eight bytes in a
+/// single loop, then one each for the last four, two and one bytes. The crate's general routine
+/// first aligns its reads byte by byte and sets up three-way interleaved loops for long buffers,
+/// which on a record of 200 bytes cost about a third of its checksum. Elsewhere, the crate's.
+#[inline]
+pub(crate) fn checksum(bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2, checked just above.
+        return unsafe { checksum_sse42(bytes) };
+    }
+    crc32c::crc32c(bytes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn checksum_sse42(bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64};
+    let (words, rest) = bytes.as_chunks::<8>();
+    let mut crc = u64::from(u32::MAX);
+    for word in words {
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(*word));
+    }
+    let mut crc = crc as u32;
+    let (four, rest) = rest.split_at(rest.len() & 4);
+    if let Ok(four) = <[u8; 4]>::try_from(four) {
+        crc = _mm_crc32_u32(crc, u32::from_le_bytes(four));
+    }
+    let (two, rest) = rest.split_at(rest.len() & 2);
+    if let Ok(two) = <[u8; 2]>::try_from(two) {
+        crc = _mm_crc32_u16(crc, u16::from_le_bytes(two));
+    }
+    if let Some(&one) = rest.first() {
+        crc = _mm_crc32_u8(crc, one);
+    }
+    !crc
 }
 
 /// Writes `value` as a varint at the start of `out` (ten bytes hold any `u64`); returns its
@@ -294,6 +337,17 @@ mod tests {
         let bad = [0xea, 0x01, 0x03, 0x0a, 0x01, 0xff];
         assert!(encode(&mut Vec::new(), 1, 0, &bad).is_err());
         assert!(encode_trusted(&mut Vec::new(), 1, 0, &bad).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_checksum_is_the_crc32c_of_the_crate_at_every_length_and_alignment(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            from in 0usize..16,
+        ) {
+            let bytes = &bytes[from.min(bytes.len())..];
+            proptest::prop_assert_eq!(checksum(bytes), crc32c::crc32c(bytes));
+        }
     }
 
     #[test]
