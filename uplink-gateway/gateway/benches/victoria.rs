@@ -123,6 +123,24 @@ impl Victoria {
             .unwrap_or(0)
     }
 
+    /// CPU time (s) the process has used so far, all its threads: the sum of the first field of
+    /// each thread's `/proc/<pid>/task/<tid>/schedstat` (ns on a CPU; finer than the clock ticks
+    /// of `/proc/<pid>/stat`). VictoriaMetrics' threads live as long as it does.
+    fn cpu_seconds(&self) -> f64 {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let mut ns = 0u64;
+        for task in std::fs::read_dir(tasks).unwrap() {
+            let stat =
+                std::fs::read_to_string(task.unwrap().path().join("schedstat")).unwrap_or_default();
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        ns as f64 / 1e9
+    }
+
     fn url(&self) -> String {
         format!("http://127.0.0.1:{}/api/v1/write", self.port)
     }
@@ -171,9 +189,21 @@ fn count(bodies: &[Vec<u8>]) -> u64 {
         .sum()
 }
 
+/// CPU time of this process (s), every thread: the gateway's ingest runs in it.
+fn process_cpu() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+}
+
 /// Sends `bodies` one after another to a fresh VictoriaMetrics and waits until it counts `rows`
-/// inserted; returns the seconds from the first request. Stops it before returning.
-fn send_all(binary: &Path, bodies: &[Vec<u8>], rows: u64) -> f64 {
+/// inserted; returns the seconds from the first request and the CPU seconds VictoriaMetrics used
+/// meanwhile (all its threads). Stops it before returning.
+fn send_all(binary: &Path, bodies: &[Vec<u8>], rows: u64) -> (f64, f64) {
     let vm = Victoria::start(binary);
     let writer = RemoteWriter::new(RemoteWriteConfig {
         url: vm.url(),
@@ -185,6 +215,7 @@ fn send_all(binary: &Path, bodies: &[Vec<u8>], rows: u64) -> f64 {
     });
     let stop = AtomicBool::new(false);
     let mut stats = SendStats::default();
+    let cpu_started = vm.cpu_seconds();
     let started = Instant::now();
     for body in bodies {
         writer.send(body, &stop, &mut stats).unwrap();
@@ -200,12 +231,13 @@ fn send_all(binary: &Path, bodies: &[Vec<u8>], rows: u64) -> f64 {
         inserted = vm.rows_inserted();
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = vm.cpu_seconds() - cpu_started;
     assert_eq!(
         inserted, rows,
         "VictoriaMetrics inserted exactly the samples sent"
     );
     assert_eq!(stats.retries, 0, "no request was retried");
-    elapsed
+    (elapsed, cpu)
 }
 
 fn main() {
@@ -269,6 +301,9 @@ fn main() {
     );
 
     let (mut gateway, mut queued, mut merged_rate) = (Vec::new(), Vec::new(), Vec::new());
+    // CPU µs per sample, and cores used (CPU time over wall time), per side.
+    let (mut cpu_per_sample, mut cores) =
+        ([(); 3].map(|_| Vec::new()), [(); 3].map(|_| Vec::new()));
     for _ in 0..RUNS {
         // The gateway: the whole ingest path (decode … durable commit), as the ingest bench.
         let dir = tempfile::tempdir().unwrap();
@@ -277,35 +312,55 @@ fn main() {
             IngestConfig::default(),
         )
         .unwrap();
+        let cpu_started = process_cpu();
         let started = Instant::now();
         let (samples, _) = ingest_all(&mut ingestor, &payloads, arrival_ns);
         let elapsed = started.elapsed().as_secs_f64();
+        let cpu = process_cpu() - cpu_started;
         assert_eq!(samples, stored);
         gateway.push(samples as f64 / elapsed);
+        cpu_per_sample[0].push(cpu * 1e6 / stored as f64);
+        cores[0].push(cpu / elapsed);
         drop(ingestor);
 
         // VictoriaMetrics, fresh each time.
-        queued.push(stored as f64 / send_all(&binary, &requests, stored));
-        merged_rate.push(stored as f64 / send_all(&binary, &merged, stored));
+        for (side, (sink, bodies)) in [(&mut queued, &requests), (&mut merged_rate, &merged)]
+            .into_iter()
+            .enumerate()
+        {
+            let (elapsed, cpu) = send_all(&binary, bodies, stored);
+            sink.push(stored as f64 / elapsed);
+            cpu_per_sample[side + 1].push(cpu * 1e6 / stored as f64);
+            cores[side + 1].push(cpu / elapsed);
+        }
     }
+    let cpu_per_sample = cpu_per_sample.map(|mut runs| median(&mut runs));
+    let cores = cores.map(|mut runs| median(&mut runs));
     let gateway = median(&mut gateway);
     println!(
-        "| side | samples/s (median of {RUNS}) | gateway / this | durable when acknowledged |"
+        "| side | samples/s (median of {RUNS}) | gateway / this | CPU µs per sample | cores used \
+         | durable when acknowledged |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     println!(
         "| gateway, full ingest (decode … redb commit, fsync per group of {GROUP}) | {gateway:.0} \
-         | 1.00× | yes |"
+         | 1.00× | {:.3} | {:.2} | yes |",
+        cpu_per_sample[0], cores[0]
     );
-    for (name, mut rates) in [
+    for (side, (name, mut rates)) in [
         ("as queued, one request per machine and group", queued),
         ("merged, one request per group", merged_rate),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let rate = median(&mut rates);
         println!(
             "| VictoriaMetrics, remote-write {name} (in-memory buffers, flushed to disk about \
-             every second) | {rate:.0} | {:.2}× | no |",
-            gateway / rate
+             every second) | {rate:.0} | {:.2}× | {:.3} | {:.2} | no |",
+            gateway / rate,
+            cpu_per_sample[side + 1],
+            cores[side + 1]
         );
     }
     println!("load average after: {}", loadavg());

@@ -450,13 +450,9 @@ impl KeyMemo {
         out.push_str(self.key(base, metric, labels));
     }
 
-    /// The key of `metric` with `labels` for the machine of `base`.
-    fn key(
-        &mut self,
-        base: &BaseLabels<'_>,
-        metric: &str,
-        labels: &[(&str, Option<&str>)],
-    ) -> &str {
+    /// Starts again empty unless the keys were built for the machine of `base`: once per event,
+    /// before its keys are asked for.
+    fn rebase(&mut self, base: &BaseLabels<'_>) {
         let [machine, site, class] = &self.base;
         if (machine.as_str(), site.as_str(), class.as_str())
             != (base.machine, base.site, base.class)
@@ -465,6 +461,16 @@ impl KeyMemo {
             self.entries.clear();
             self.next = 0;
         }
+    }
+
+    /// The key of `metric` with `labels` for the machine of `base`, which [`KeyMemo::rebase`]
+    /// was given for this event.
+    fn key(
+        &mut self,
+        base: &BaseLabels<'_>,
+        metric: &str,
+        labels: &[(&str, Option<&str>)],
+    ) -> &str {
         let found = match self.entries.get(self.next) {
             Some(entry) if entry.matches(metric, labels) => Some(self.next),
             _ => self.entries.iter().position(|e| e.matches(metric, labels)),
@@ -586,6 +592,7 @@ pub fn normalize_event_with<'e>(
         return Normalized::NotCounter;
     };
     let ts_ms = ns_to_ms(event.event_time_unix_ns);
+    memo.rebase(base);
     let values = memo.spare_lists.pop().unwrap_or_default();
     let mut b = Builder {
         base,

@@ -1280,12 +1280,22 @@ impl Writer<'_> {
 
     /// Admits a series to its machine's live set (or updates it when it is live).
     pub fn set_live(&mut self, machine: &str, id: u64, live: LiveSeries) -> Result<(), StoreError> {
-        let dirty = self.live(machine, id)?.is_some();
+        let key = (self.live_machine(machine), id);
+        // Read or changed before in this transaction (the common case, once per sample): held
+        // back until it commits. One lookup.
+        if let Some(slot) = self.live.get_mut(&key) {
+            *slot = (live, true);
+            return Ok(());
+        }
+        let dirty = self
+            .live_series
+            .get((machine, id))?
+            .and_then(|v| LiveSeries::decode(v.value()))
+            .is_some();
         if !dirty {
             self.live_series
                 .insert((machine, id), live.encode().as_slice())?;
         }
-        let key = (self.live_machine(machine), id);
         self.live.insert(key, (live, dirty));
         Ok(())
     }
