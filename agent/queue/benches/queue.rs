@@ -51,7 +51,9 @@ fn config(dir: &Path, budget: u64) -> RawQueueConfig {
     config
 }
 
-/// The baseline: one file, records `len:u32 | crc32c:u32 | bytes`, fdatasync per policy.
+/// The baseline: one file, records `len:u32 | crc32c:u32 | bytes`, fdatasync per policy. The
+/// checksum is the queue's own routine (`record::checksum`), so that the comparison is of the
+/// queue's work beyond a plain log, not of two CRC32C implementations.
 struct PlainLog {
     file: File,
     buf: Vec<u8>,
@@ -75,7 +77,7 @@ impl PlainLog {
         self.buf
             .extend_from_slice(&(record.len() as u32).to_le_bytes());
         self.buf
-            .extend_from_slice(&crc32c::crc32c(record).to_le_bytes());
+            .extend_from_slice(&edgewatch_queue::record::checksum(record).to_le_bytes());
         self.buf.extend_from_slice(record);
     }
 
@@ -96,7 +98,9 @@ fn scan_plain(path: &Path, per: usize, mut chunk: impl FnMut(usize)) -> u64 {
         let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
         let crc = u32::from_le_bytes(header[4..].try_into().unwrap());
         record.resize(len, 0);
-        if reader.read_exact(&mut record).is_err() || crc32c::crc32c(&record) != crc {
+        if reader.read_exact(&mut record).is_err()
+            || edgewatch_queue::record::checksum(&record) != crc
+        {
             break;
         }
         n += 1;
