@@ -545,6 +545,13 @@ async fn every_panel_returns_series(setup: Setup) {
     gateway.wait_metric("edgewatch_gateway_messages_acked_total", |v| {
         v == messages.len() as f64
     });
+    // Acknowledged means stored; the remote-write outbox delivers afterwards, oldest first. A
+    // rule evaluation before the last request landed records the long windows (old data) and
+    // not the short ones, so the evaluation waited for below must come after this point.
+    gateway.wait_metric("edgewatch_gateway_remote_write_outbox_pending", |v| {
+        v == 0.0
+    });
+    let delivered_s = now_ns() as f64 / 1e9;
     assert_eq!(
         gateway.metric("edgewatch_gateway_remote_write_refused_total"),
         Some(0.0),
@@ -596,7 +603,9 @@ async fn every_panel_returns_series(setup: Setup) {
     );
 
     // Wait for an evaluation of every rule group after the data landed: each SLO's budget is
-    // recorded (Prometheus evaluates every minute by default), then its alerts, in the same pass.
+    // recorded (Prometheus evaluates every minute by default) with the time of an evaluation
+    // that began after the last remote-write request was delivered, then its alerts, in the
+    // same pass.
     let mut slos = vec![
         "safety-control",
         "assistive-control",
@@ -613,12 +622,17 @@ async fn every_panel_returns_series(setup: Setup) {
             .iter()
             .copied()
             .filter(|slo| {
-                instant(
+                let evaluated = instant(
                     &base,
-                    &format!("slo:period_error_budget_remaining:ratio{{slo=\"{slo}\"}}"),
+                    &format!("timestamp(slo:period_error_budget_remaining:ratio{{slo=\"{slo}\"}})"),
                     now_s,
-                )
-                .is_empty()
+                );
+                !evaluated.iter().any(|s| {
+                    s["value"][1]
+                        .as_str()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|at| at >= delivered_s)
+                })
             })
             .collect();
         if missing.is_empty() {
@@ -626,7 +640,7 @@ async fn every_panel_returns_series(setup: Setup) {
         }
         assert!(
             Instant::now() < deadline,
-            "no budget recorded for {missing:?}; Prometheus log:\n{}",
+            "no budget recorded after the data was delivered for {missing:?}; Prometheus log:\n{}",
             prometheus.log()
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
