@@ -447,8 +447,9 @@ pub struct KeyMemo {
     /// The base labels the keys were built with: machine, site, class.
     base: [String; 3],
     entries: Vec<MemoEntry>,
-    /// The base labels and keys of other machines, the one seen last at the end.
-    others: Vec<([String; 3], Vec<MemoEntry>)>,
+    /// The base labels and keys of other machines, the one seen longest ago first (a fleet's
+    /// machines send in turn: the machine asked for is mostly the first).
+    others: std::collections::VecDeque<([String; 3], Vec<MemoEntry>)>,
     /// Ids attached under another epoch are forgotten ([`KeyMemo::forget_ids`]).
     epoch: u64,
     /// The entry after the last one found: an event's series come in the order of the event
@@ -549,8 +550,9 @@ impl KeyMemo {
         if is(&self.base) {
             return;
         }
-        let (found_base, found) = match self.others.iter().rposition(|(b, _)| is(b)) {
-            Some(at) => self.others.remove(at),
+        let found = self.others.iter().position(|(b, _)| is(b));
+        let (found_base, found) = match found.and_then(|at| self.others.remove(at)) {
+            Some(found) => found,
             None => (
                 [base.machine, base.site, base.class].map(str::to_owned),
                 Vec::new(),
@@ -561,9 +563,9 @@ impl KeyMemo {
         if !entries.is_empty() {
             // Full: the machine seen longest ago gives way.
             if self.others.len() == KEY_MEMO_MACHINES {
-                self.others.remove(0);
+                self.others.pop_front();
             }
-            self.others.push((base, entries));
+            self.others.push_back((base, entries));
         }
         self.next = 0;
     }
