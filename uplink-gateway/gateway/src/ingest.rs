@@ -640,12 +640,18 @@ impl<'b> BatchContext<'b, '_, '_> {
 
     /// Admits one counter event's samples, or refuses the event whole (a run that decreases,
     /// the series budget, a conflict).
-    fn admit(&mut self, event: &Event, samples: &EventSamples<'b>) -> Result<(), StoreError> {
+    fn admit(
+        &mut self,
+        event: &Event,
+        samples: &EventSamples<'b>,
+        memo: &mut KeyMemo,
+    ) -> Result<(), StoreError> {
         let EventSamples {
             ref values,
             baseline,
             run_start_ms,
             model,
+            slots,
             ..
         } = *samples;
         let Some(ts_ms) = values.first().map(|v| v.ts_ms) else {
@@ -671,10 +677,22 @@ impl<'b> BatchContext<'b, '_, '_> {
         known.clear();
         ids.clear();
         written.clear();
-        for v in values {
-            let id = self.writer.series_id(&v.series)?;
+        let live_machine = self.writer.live_machine_of(machine);
+        for (i, v) in values.iter().enumerate() {
+            // The id the memo holds for the value's key, found once per batch and key.
+            let slot = slots.get(i);
+            let id = match slot.and_then(|slot| memo.id(slot)) {
+                Some(id) => Some(id),
+                None => {
+                    let id = self.writer.series_id(&v.series)?;
+                    if let (Some(slot), Some(id)) = (slot, id) {
+                        memo.set_id(slot, id);
+                    }
+                    id
+                }
+            };
             let live = match id {
-                Some(id) => self.writer.live(machine, id)?,
+                Some(id) => self.writer.live_in(live_machine, id)?,
                 None => None,
             };
             lives.push(live);
@@ -732,10 +750,16 @@ impl<'b> BatchContext<'b, '_, '_> {
 
         // The values; another value at one of the event's (series, time) refuses the event and
         // takes back what it wrote (the stored history stays as it was).
-        for (v, id) in values.iter().zip(&known) {
+        for (i, (v, id)) in values.iter().zip(&known).enumerate() {
             let id = match *id {
                 Some(id) => id,
-                None => self.writer.series_id_or_create(&v.series)?,
+                None => {
+                    let id = self.writer.series_id_or_create(&v.series)?;
+                    if let Some(slot) = slots.get(i) {
+                        memo.set_id(slot, id);
+                    }
+                    id
+                }
             };
             match self.writer.put_sample(id, v.ts_ms, v.value)? {
                 Upsert::New => written.push((id, v.ts_ms)),
@@ -775,7 +799,7 @@ impl<'b> BatchContext<'b, '_, '_> {
                     next.run_last_value = v.value;
                 }
             }
-            self.writer.set_live(machine, *id, next)?;
+            self.writer.set_live_in(live_machine, *id, next)?;
         }
         if let Some(model) = model {
             let span = self.model_versions.entry(model).or_insert((ts_ms, ts_ms));
@@ -915,6 +939,8 @@ fn ingest_batch(
     remote: &mut Vec<(String, Vec<Sample>)>,
     keys: &mut KeyMemo,
 ) -> Result<Outcome, StoreError> {
+    // The ids the memo holds may be of series a transaction that did not commit created.
+    keys.forget_ids();
     let key = stream_key(&batch.machine_id, batch.tier, batch.agent_epoch);
     let (mut ranges, _) = writer.dedup_get(&key)?.unwrap_or_default();
     let mut state = writer.machine_get(&batch.machine_id)?;
@@ -1001,7 +1027,7 @@ fn ingest_batch(
                 for key in std::mem::take(&mut samples.refused_entries) {
                     cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
                 }
-                cx.admit(event, &samples)?;
+                cx.admit(event, &samples, keys)?;
                 keys.recycle(samples.values);
             }
         }

@@ -77,6 +77,58 @@ pub struct EventSamples<'e> {
     /// one that names none), for the machine's model-version event times; `None` for events
     /// about no model (queue losses, health reports).
     pub model: Option<(&'e str, &'e str)>,
+    /// Where each value's key is in the [`KeyMemo`] that built it, for the ids the caller
+    /// attached to keys there ([`KeyMemo::id`]).
+    pub slots: MemoSlots,
+}
+
+/// Most values of one event whose [`KeyMemo`] slot is kept: more than any event of a known kind
+/// but a many-rail energy report writes.
+const SLOTS_MAX: usize = 16;
+
+/// No slot: the key's entry gave way to another while the event was built.
+const NO_SLOT: u8 = u8::MAX;
+
+/// The [`KeyMemo`] slots of an event's values, in their order (the first [`SLOTS_MAX`]): held
+/// inline, so an event allocates nothing for them. Bookkeeping of the memo, not part of what the
+/// event says: any two are equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoSlots {
+    slots: [u8; SLOTS_MAX],
+    len: u8,
+}
+
+impl PartialEq for MemoSlots {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl MemoSlots {
+    /// The slot of the value at `index`, when known.
+    pub fn get(&self, index: usize) -> Option<usize> {
+        self.slots[..usize::from(self.len)]
+            .get(index)
+            .filter(|&&slot| slot != NO_SLOT)
+            .map(|&slot| usize::from(slot))
+    }
+
+    /// Notes the slot of the next value (past [`SLOTS_MAX`] values, nothing is kept).
+    fn push(&mut self, slot: usize) {
+        if let Some(at) = self.slots.get_mut(usize::from(self.len)) {
+            *at = u8::try_from(slot).unwrap_or(NO_SLOT);
+            self.len += 1;
+        }
+    }
+
+    /// Forgets every value's slot that was `slot`, whose entry gave way to another key.
+    fn evicted(&mut self, slot: usize) {
+        for at in &mut self.slots[..usize::from(self.len)] {
+            if usize::from(*at) == slot {
+                *at = NO_SLOT;
+            }
+        }
+    }
 }
 
 /// Where an event's counters stood before it: `0` at `min(start, event time − 1 ms)` for kinds
@@ -342,6 +394,7 @@ struct Builder<'a> {
     base: &'a BaseLabels<'a>,
     memo: &'a mut KeyMemo,
     values: Vec<Sample>,
+    slots: MemoSlots,
     ts_ms: i64,
     bad_label: bool,
     refused_entries: Vec<String>,
@@ -368,21 +421,37 @@ fn key_or_unknown(base: &BaseLabels<'_>, metric: &str, labels: &[(&str, Option<&
     }
 }
 
-/// Most keys a [`KeyMemo`] keeps: more than one machine's batch writes in the common case.
+/// Most keys a [`KeyMemo`] keeps per machine: more than one machine's batch writes in the
+/// common case.
 const KEY_MEMO_MAX: usize = 32;
+
+/// Most other machines whose keys a [`KeyMemo`] keeps (a few hundred KiB at most): a fleet's
+/// machines send in turn, so the keys of each are built again only past that many.
+const KEY_MEMO_MACHINES: usize = 256;
 
 /// Series keys already built for one machine (one set of base labels), by metric and the
 /// event's labels: the events of a batch mostly write the series of the events before them, so
-/// a key is built once per batch and copied after. Starts again empty when the base labels
-/// change, so it never gives a key of another machine.
+/// a key is built once per machine and copied after. The keys of the last
+/// [`KEY_MEMO_MACHINES`] other machines are kept apart, each with its base labels, and taken
+/// back when their machine's next batch comes: it never gives a key of another machine.
 ///
 /// It also keeps the samples of events admitted ([`KeyMemo::recycle`]) to build the next
 /// events' samples in: a key is copied into a string that has room for it, not allocated.
+///
+/// The caller may attach an id to a key (the ingest's series id, [`KeyMemo::set_id`]), found by
+/// the slot an event's value names ([`EventSamples::slots`]) without hashing the key again. An
+/// id stays with its key until [`KeyMemo::forget_ids`], and goes with it when its entry gives
+/// way to another key or the memo starts again: a slot never gives the id of another key.
 #[derive(Debug, Default)]
 pub struct KeyMemo {
     /// The base labels the keys were built with: machine, site, class.
     base: [String; 3],
     entries: Vec<MemoEntry>,
+    /// The base labels and keys of other machines, the one seen longest ago first (a fleet's
+    /// machines send in turn: the machine asked for is mostly the first).
+    others: std::collections::VecDeque<([String; 3], Vec<MemoEntry>)>,
+    /// Ids attached under another epoch are forgotten ([`KeyMemo::forget_ids`]).
+    epoch: u64,
     /// The entry after the last one found: an event's series come in the order of the event
     /// before it.
     next: usize,
@@ -397,25 +466,59 @@ const SPARE_MAX: usize = 64;
 
 #[derive(Debug)]
 struct MemoEntry {
-    metric: String,
+    /// The metric (a name of `names::metric`, static like the label names: mostly found equal
+    /// by address).
+    metric: &'static str,
     /// The event's labels as given (`None`: not a valid label value).
-    labels: Vec<(String, Option<String>)>,
+    labels: Vec<(&'static str, Option<String>)>,
     key: String,
+    /// The id the caller attached to `key` in the memo's epoch `.0` (until
+    /// [`KeyMemo::forget_ids`]).
+    id: Option<(u64, u64)>,
+}
+
+/// Whether two strings are equal, without reading them when they are the same string (a name
+/// the entry was built with, given again).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
 }
 
 impl MemoEntry {
     fn matches(&self, metric: &str, labels: &[(&str, Option<&str>)]) -> bool {
-        self.metric == metric
+        same(self.metric, metric)
             && self.labels.len() == labels.len()
             && self
                 .labels
                 .iter()
                 .zip(labels)
-                .all(|((n, v), (name, value))| n == name && v.as_deref() == *value)
+                .all(|((n, v), (name, value))| same(n, name) && v.as_deref() == *value)
     }
 }
 
 impl KeyMemo {
+    /// The id attached to the key at `slot` (see [`EventSamples::slots`]), if any.
+    pub fn id(&self, slot: usize) -> Option<u64> {
+        self.entries
+            .get(slot)
+            .and_then(|entry| entry.id)
+            .filter(|(epoch, _)| *epoch == self.epoch)
+            .map(|(_, id)| id)
+    }
+
+    /// Attaches `id` to the key at `slot`: the key of the value whose slot it is, as long as no
+    /// other event was built since.
+    pub fn set_id(&mut self, slot: usize, id: u64) {
+        if let Some(entry) = self.entries.get_mut(slot) {
+            entry.id = Some((self.epoch, id));
+        }
+    }
+
+    /// Forgets every id attached to a key (the caller's ids may no longer hold: once per batch,
+    /// a transaction that did not commit took its new series with it).
+    pub fn forget_ids(&mut self) {
+        self.epoch += 1;
+    }
+
     /// Gives back the samples of an event once they are admitted, for the next events.
     pub fn recycle(&mut self, mut values: Vec<Sample>) {
         let room = SPARE_MAX.saturating_sub(self.spare.len());
@@ -437,77 +540,95 @@ impl KeyMemo {
         sample
     }
 
-    /// Writes the key of `metric` with `labels` for the machine of `base` (see
-    /// [`key_or_unknown`]) into `out`, in place of what it held.
-    fn key_into(
-        &mut self,
-        base: &BaseLabels<'_>,
-        metric: &str,
-        labels: &[(&str, Option<&str>)],
-        out: &mut String,
-    ) {
-        out.clear();
-        out.push_str(self.key(base, metric, labels));
-    }
-
-    /// Starts again empty unless the keys were built for the machine of `base`: once per event,
-    /// before its keys are asked for.
+    /// Takes the keys of the machine of `base` (kept apart, or none) unless they are those at
+    /// hand: once per event, before its keys are asked for.
     fn rebase(&mut self, base: &BaseLabels<'_>) {
-        let [machine, site, class] = &self.base;
-        if (machine.as_str(), site.as_str(), class.as_str())
-            != (base.machine, base.site, base.class)
-        {
-            self.base = [base.machine, base.site, base.class].map(str::to_owned);
-            self.entries.clear();
-            self.next = 0;
+        let is = |[machine, site, class]: &[String; 3]| {
+            (machine.as_str(), site.as_str(), class.as_str())
+                == (base.machine, base.site, base.class)
+        };
+        if is(&self.base) {
+            return;
         }
+        let found = self.others.iter().position(|(b, _)| is(b));
+        let (found_base, found) = match found.and_then(|at| self.others.remove(at)) {
+            Some(found) => found,
+            None => (
+                [base.machine, base.site, base.class].map(str::to_owned),
+                Vec::new(),
+            ),
+        };
+        let base = std::mem::replace(&mut self.base, found_base);
+        let entries = std::mem::replace(&mut self.entries, found);
+        if !entries.is_empty() {
+            // Full: the machine seen longest ago gives way.
+            if self.others.len() == KEY_MEMO_MACHINES {
+                self.others.pop_front();
+            }
+            self.others.push_back((base, entries));
+        }
+        self.next = 0;
     }
 
-    /// The key of `metric` with `labels` for the machine of `base`, which [`KeyMemo::rebase`]
-    /// was given for this event.
-    fn key(
+    /// The slot of the key of `metric` with `labels` for the machine of `base`, which
+    /// [`KeyMemo::rebase`] was given for this event, and whether that slot's entry gave way to
+    /// this key (the slot held another key before).
+    fn slot(
         &mut self,
         base: &BaseLabels<'_>,
-        metric: &str,
-        labels: &[(&str, Option<&str>)],
-    ) -> &str {
+        metric: &'static str,
+        labels: &[(&'static str, Option<&str>)],
+    ) -> (usize, bool) {
         let found = match self.entries.get(self.next) {
             Some(entry) if entry.matches(metric, labels) => Some(self.next),
             _ => self.entries.iter().position(|e| e.matches(metric, labels)),
         };
         if let Some(at) = found {
             self.next = at + 1;
-            return &self.entries[at].key;
+            return (at, false);
         }
         let entry = MemoEntry {
-            metric: metric.to_owned(),
+            metric,
             labels: labels
                 .iter()
-                .map(|(n, v)| ((*n).to_owned(), v.map(str::to_owned)))
+                .map(|(n, v)| (*n, v.map(str::to_owned)))
                 .collect(),
             key: key_or_unknown(base, metric, labels),
+            id: None,
         };
         // Full: the last entry gives way (a machine writing more series than that is rare).
-        if self.entries.len() == KEY_MEMO_MAX {
+        let evicted = self.entries.len() == KEY_MEMO_MAX;
+        if evicted {
             self.entries.pop();
         }
         self.entries.push(entry);
         self.next = self.entries.len();
-        &self.entries[self.entries.len() - 1].key
+        (self.entries.len() - 1, evicted)
     }
 }
 
 impl Builder<'_> {
     /// Adds `metric` with the event's `labels` (`None`: a value that is not a valid label, which
     /// refuses the event) at the event time.
-    fn push(&mut self, metric: &str, labels: &[(&str, Option<&str>)], value: f64) {
+    fn push(&mut self, metric: &'static str, labels: &[(&'static str, Option<&str>)], value: f64) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
         let mut sample = self.memo.sample();
-        self.memo
-            .key_into(self.base, metric, labels, &mut sample.series);
+        let slot = self.slot(metric, labels);
+        sample.series.push_str(&self.memo.entries[slot].key);
         sample.ts_ms = self.ts_ms;
         sample.value = value;
         self.values.push(sample);
+        self.slots.push(slot);
+    }
+
+    /// The memo slot of `metric` with `labels`; the values before that named it forget it when
+    /// its entry gave way to this key.
+    fn slot(&mut self, metric: &'static str, labels: &[(&'static str, Option<&str>)]) -> usize {
+        let (slot, evicted) = self.memo.slot(self.base, metric, labels);
+        if evicted {
+            self.slots.evicted(slot);
+        }
+        slot
     }
 
     /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
@@ -515,9 +636,9 @@ impl Builder<'_> {
     /// is refused alone, and the rest of the event stands.
     fn push_entry(
         &mut self,
-        metric: &str,
-        entry: (&str, Option<&str>),
-        labels: &[(&str, Option<&str>)],
+        metric: &'static str,
+        entry: (&'static str, Option<&str>),
+        labels: &[(&'static str, Option<&str>)],
         value: f64,
     ) {
         // Once per entry: the labels are gathered on the stack.
@@ -538,7 +659,8 @@ impl Builder<'_> {
         match entry.1 {
             Some(_) => self.push(metric, all, value),
             None => {
-                let key = self.memo.key(self.base, metric, all).to_owned();
+                let slot = self.slot(metric, all);
+                let key = self.memo.entries[slot].key.clone();
                 self.refused_entries.push(key);
             }
         }
@@ -598,6 +720,7 @@ pub fn normalize_event_with<'e>(
         base,
         memo,
         values,
+        slots: MemoSlots::default(),
         ts_ms,
         bad_label: false,
         refused_entries: Vec::new(),
@@ -872,6 +995,7 @@ pub fn normalize_event_with<'e>(
         }
     }
     samples.values = b.values;
+    samples.slots = b.slots;
     samples.refused_entries = b.refused_entries;
     // Every label of an event that reached here is valid (a bad one refused it above).
     samples.model = about.map(|(model, version)| {
@@ -940,6 +1064,134 @@ mod tests {
                     "{} {event:?}",
                     batch.machine_id
                 );
+            }
+        }
+    }
+
+    /// An energy event with one value per rail (rail names are ids: each a series of its own).
+    fn rails_event(rails: &[String]) -> Event {
+        let time = ARRIVAL - 1_500_000_000;
+        Event {
+            seq: 3,
+            event_time_unix_ns: time,
+            monotonic_ns: 0,
+            kind: Some(event::Kind::EnergyCounters(v1::EnergyCounters {
+                start_time_unix_ns: time - 1_000,
+                rails: rails
+                    .iter()
+                    .map(|rail| v1::RailEnergy {
+                        rail: rail.clone(),
+                        joules: 1.0,
+                    })
+                    .collect(),
+                model: None,
+            })),
+        }
+    }
+
+    /// The values' keys of `event` normalized with `memo`, with the id each one's slot gives.
+    fn keys_and_ids(
+        memo: &mut KeyMemo,
+        base: &BaseLabels<'_>,
+        event: &Event,
+    ) -> Vec<(String, Option<usize>, Option<u64>)> {
+        match normalize_event_with(memo, base, event, ARRIVAL, 0) {
+            Normalized::Counted(samples) => samples
+                .values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let slot = samples.slots.get(i);
+                    (v.series.clone(), slot, slot.and_then(|s| memo.id(s)))
+                })
+                .collect(),
+            other => panic!("not counted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_id_attached_to_a_key_is_found_by_the_slot_of_its_later_values_until_forgotten() {
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let mut memo = KeyMemo::default();
+        let rails: Vec<String> = ["VDD_GPU_SOC", "VDD_CPU_CV"].map(String::from).into();
+        let first = keys_and_ids(&mut memo, &base, &rails_event(&rails));
+        for (n, (_, slot, id)) in first.iter().enumerate() {
+            assert_eq!(*id, None);
+            memo.set_id(slot.unwrap(), 100 + n as u64);
+        }
+        let again = keys_and_ids(&mut memo, &base, &rails_event(&rails));
+        let ids: Vec<_> = again.iter().map(|(_, _, id)| *id).collect();
+        assert_eq!(ids, [Some(100), Some(101)]);
+        memo.forget_ids();
+        let forgotten = keys_and_ids(&mut memo, &base, &rails_event(&rails));
+        assert!(forgotten.iter().all(|(_, _, id)| id.is_none()));
+    }
+
+    #[test]
+    fn a_slot_whose_entry_gave_way_to_another_key_gives_no_id_not_the_other_keys() {
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let mut memo = KeyMemo::default();
+        // 31 keys, then a 32nd with an id: the memo is full.
+        let many: Vec<String> = (0..KEY_MEMO_MAX - 1).map(|n| format!("rail_{n}")).collect();
+        keys_and_ids(&mut memo, &base, &rails_event(&many));
+        let x = keys_and_ids(&mut memo, &base, &rails_event(&["x".into()]));
+        memo.set_id(x[0].1.unwrap(), 7);
+        // `y` takes the last entry from `x`, then `z` from `y`, within one event.
+        let yz = keys_and_ids(&mut memo, &base, &rails_event(&["y".into(), "z".into()]));
+        assert_eq!(yz[0].1, None, "y's entry gave way to z: {yz:?}");
+        assert_eq!(yz[1].1, x[0].1);
+        assert_eq!(yz[1].2, None, "z is not x: {yz:?}");
+    }
+
+    use proptest::prelude::*;
+
+    proptest::proptest! {
+        /// The model: an id is what was attached to that very key since the last forget, and
+        /// the keys are those built afresh, whichever machines came between.
+        #[test]
+        fn a_slot_gives_only_the_id_attached_to_its_own_key(
+            actions in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => (0usize..3, proptest::collection::vec(0usize..48, 1..20)).prop_map(Some),
+                    1 => proptest::strategy::Just(None),
+                ],
+                1..40,
+            ),
+        ) {
+            let batches: Vec<Batch> = (0..3)
+                .map(|m| Batch { machine_id: format!("truck-{m}"), ..batch() })
+                .collect();
+            let mut memo = KeyMemo::default();
+            let mut model: std::collections::HashMap<String, u64> = Default::default();
+            let mut next_id = 1;
+            for action in actions {
+                let Some((machine, rails)) = action else {
+                    memo.forget_ids();
+                    model.clear();
+                    continue;
+                };
+                let rails: Vec<String> = rails.iter().map(|n| format!("rail_{n}")).collect();
+                let base = BaseLabels::of(&batches[machine]).unwrap();
+                let values = keys_and_ids(&mut memo, &base, &rails_event(&rails));
+                let afresh = keys_and_ids(&mut KeyMemo::default(), &base, &rails_event(&rails));
+                let keys = |values: &[(String, Option<usize>, Option<u64>)]| {
+                    values.iter().map(|(key, _, _)| key.clone()).collect::<Vec<_>>()
+                };
+                prop_assert_eq!(keys(&values), keys(&afresh));
+                for (i, (key, slot, id)) in values.iter().enumerate() {
+                    if let Some(id) = id {
+                        prop_assert_eq!(model.get(key), Some(id), "value {} of {:?}", i, values);
+                    }
+                    prop_assert!(i < SLOTS_MAX || slot.is_none(), "value {} has a slot", i);
+                }
+                for (key, slot, _) in &values {
+                    if let Some(slot) = slot {
+                        let id = *model.entry(key.clone()).or_insert_with(|| { next_id += 1; next_id });
+                        memo.set_id(*slot, id);
+                    }
+                }
             }
         }
     }

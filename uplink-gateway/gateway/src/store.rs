@@ -1077,6 +1077,15 @@ impl SeriesChunks {
     }
 }
 
+/// A machine of one [`Writer`]'s live-series entries, from [`Writer::live_machine_of`]: good
+/// for that writer only.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveMachine<'m> {
+    /// Its index in the writer's `live_machines`.
+    index: u32,
+    name: &'m str,
+}
+
 /// The tables of one open write transaction (see [`Store::write`]).
 pub struct Writer<'txn> {
     series: Table<'txn, &'static str, u64>,
@@ -1264,13 +1273,33 @@ impl Writer<'_> {
     /// The live state of a machine's series; `None` when it is not live (never admitted, or
     /// retired).
     pub fn live(&mut self, machine: &str, id: u64) -> Result<Option<LiveSeries>, StoreError> {
-        let key = (self.live_machine(machine), id);
+        let machine = self.live_machine_of(machine);
+        self.live_in(machine, id)
+    }
+
+    /// `machine` for [`Writer::live_in`] and [`Writer::set_live_in`]: its entries of this
+    /// transaction found without comparing its name again (once per event, not per sample).
+    pub fn live_machine_of<'m>(&mut self, machine: &'m str) -> LiveMachine<'m> {
+        LiveMachine {
+            index: self.live_machine(machine),
+            name: machine,
+        }
+    }
+
+    /// [`Writer::live`] of a machine this writer gave.
+    pub fn live_in(
+        &mut self,
+        machine: LiveMachine<'_>,
+        id: u64,
+    ) -> Result<Option<LiveSeries>, StoreError> {
+        debug_assert_eq!(self.live_machines[machine.index as usize], machine.name);
+        let key = (machine.index, id);
         if let Some((live, _)) = self.live.get(&key) {
             return Ok(Some(*live));
         }
         let stored = self
             .live_series
-            .get((machine, id))?
+            .get((machine.name, id))?
             .and_then(|v| LiveSeries::decode(v.value()));
         if let Some(live) = stored {
             self.live.insert(key, (live, false));
@@ -1280,7 +1309,19 @@ impl Writer<'_> {
 
     /// Admits a series to its machine's live set (or updates it when it is live).
     pub fn set_live(&mut self, machine: &str, id: u64, live: LiveSeries) -> Result<(), StoreError> {
-        let key = (self.live_machine(machine), id);
+        let machine = self.live_machine_of(machine);
+        self.set_live_in(machine, id, live)
+    }
+
+    /// [`Writer::set_live`] of a machine this writer gave.
+    pub fn set_live_in(
+        &mut self,
+        machine: LiveMachine<'_>,
+        id: u64,
+        live: LiveSeries,
+    ) -> Result<(), StoreError> {
+        debug_assert_eq!(self.live_machines[machine.index as usize], machine.name);
+        let key = (machine.index, id);
         // Read or changed before in this transaction (the common case, once per sample): held
         // back until it commits. One lookup.
         if let Some(slot) = self.live.get_mut(&key) {
@@ -1289,12 +1330,12 @@ impl Writer<'_> {
         }
         let dirty = self
             .live_series
-            .get((machine, id))?
+            .get((machine.name, id))?
             .and_then(|v| LiveSeries::decode(v.value()))
             .is_some();
         if !dirty {
             self.live_series
-                .insert((machine, id), live.encode().as_slice())?;
+                .insert((machine.name, id), live.encode().as_slice())?;
         }
         self.live.insert(key, (live, dirty));
         Ok(())
