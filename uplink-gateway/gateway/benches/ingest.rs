@@ -25,16 +25,10 @@ static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 const RUNS: usize = 5;
 const ARRIVAL: i64 = 1_800_000_000_000_000_000;
 
-/// CPU time of this thread: unlike the wall clock, barely moved by other jobs on the machine (it
-/// leaves out the waits for the disk).
+/// CPU time of this thread (s): unlike the wall clock, barely moved by other jobs on the
+/// machine (it leaves out the waits for the disk).
 fn thread_cpu() -> f64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+    ingest_payloads::cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn main() {

@@ -189,17 +189,6 @@ fn count(bodies: &[Vec<u8>]) -> u64 {
         .sum()
 }
 
-/// CPU time of this process (s), every thread: the gateway's ingest runs in it.
-fn process_cpu() -> f64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
-}
-
 /// Sends `bodies` one after another to a fresh VictoriaMetrics and waits until it counts `rows`
 /// inserted; returns the seconds from the first request and the CPU seconds VictoriaMetrics used
 /// meanwhile (all its threads). Stops it before returning.
@@ -312,11 +301,11 @@ fn main() {
             IngestConfig::default(),
         )
         .unwrap();
-        let cpu_started = process_cpu();
+        let cpu_started = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
         let started = Instant::now();
         let (samples, _) = ingest_all(&mut ingestor, &payloads, arrival_ns);
         let elapsed = started.elapsed().as_secs_f64();
-        let cpu = process_cpu() - cpu_started;
+        let cpu = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_started;
         assert_eq!(samples, stored);
         gateway.push(samples as f64 / elapsed);
         cpu_per_sample[0].push(cpu * 1e6 / stored as f64);

@@ -1029,21 +1029,13 @@ mod tests {
         other.machine_id = "truck-18".into();
         let mut other_site = batch();
         other_site.site_id = "pit-4".into();
-        let energy = |rails: &[&str]| Event {
-            seq: 2,
-            event_time_unix_ns: time,
-            monotonic_ns: 0,
-            kind: Some(event::Kind::EnergyCounters(v1::EnergyCounters {
-                start_time_unix_ns: time - 1_000,
-                rails: rails
+        let energy = |rails: &[&str]| {
+            rails_event(
+                &rails
                     .iter()
-                    .map(|rail| v1::RailEnergy {
-                        rail: (*rail).into(),
-                        joules: 1.0,
-                    })
-                    .collect(),
-                model: None,
-            })),
+                    .map(|rail| (*rail).to_owned())
+                    .collect::<Vec<_>>(),
+            )
         };
         let events = [
             counters(time, "safety"),

@@ -22,6 +22,19 @@ pub const GROUP: usize = edgewatch_gateway::config::DEFAULT_RECEIVE_MAXIMUM as u
 
 const DAY_NS: i64 = 86_400_000_000_000;
 
+/// Seconds of CPU time on `clock` (`CLOCK_THREAD_CPUTIME_ID`: this thread, which other jobs on
+/// the machine move less than the wall clock and which leaves out the waits for the disk;
+/// `CLOCK_PROCESS_CPUTIME_ID`: every thread of this process).
+pub fn cpu_seconds(clock: libc::clockid_t) -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+}
+
 /// (topic, payload) of every batch, machines interleaved, for batches arriving at `arrival_ns`:
 /// events stamped every 10 s over the day before it, their runs started two days before it.
 pub fn payloads(arrival_ns: i64) -> Vec<(String, Vec<u8>)> {
