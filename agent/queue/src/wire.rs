@@ -1138,6 +1138,47 @@ mod tests {
     }
 
     #[test]
+    fn kinds_with_two_byte_keys_holding_a_model_are_checked_whole_by_the_fast_path() {
+        let model = Some(pb::ModelVersion {
+            name: "planner".into(),
+            version: "2.1".into(),
+            ..Default::default()
+        });
+        let kinds = [
+            Kind::Intervention(pb::Intervention {
+                total: 3,
+                delta: 1,
+                reason: "obstacle".into(),
+                mode: 1,
+                model: model.clone(),
+                source: 1,
+            }),
+            Kind::SafeStop(pb::SafeStop {
+                total: 1,
+                reason: "e-stop".into(),
+                model,
+                ..Default::default()
+            }),
+        ];
+        for kind in kinds {
+            let bytes = Event {
+                seq: 0,
+                event_time_unix_ns: 1_700_000_000_000_000_000,
+                monotonic_ns: 42,
+                kind: Some(kind),
+            }
+            .encode_to_vec();
+            assert_eq!(
+                in_order::<0>(&bytes, RECURSION_LIMIT),
+                Some(bytes.len()),
+                "{bytes:02x?}"
+            );
+            assert!(accepted_now(&bytes));
+            assert!(accepted_before(&bytes));
+        }
+    }
+
+    #[test]
     fn every_seed_event_is_accepted() {
         for seed in seeds() {
             assert!(accepted_now(&seed));
