@@ -179,6 +179,11 @@ fn rest_out_of_line<const M: usize>(bytes: &[u8], pos: usize, budget: u32) -> Op
     rest::<M>(bytes, pos, budget)
 }
 
+/// The key of field `number` in wire type `wire`.
+const fn key_of(number: u32, wire: u8) -> u32 {
+    number << 3 | wire as u32
+}
+
 /// A key of one or two bytes at `pos` (field numbers up to 2047): its value and the position
 /// after it.
 #[inline(always)]
@@ -418,7 +423,7 @@ macro_rules! schema {
                             }
                         })*
                         const MATCHED: bool = false $(
-                                || ((($number << 3) | wire_of!($check, $card) as u32) >= 0x80
+                                || (key_of($number, wire_of!($check, $card)) >= 0x80
                                     || oneof!($($oneof)?))
                                     && $number < 2048
                         )*;
@@ -427,7 +432,7 @@ macro_rules! schema {
                                 pos = match key {
                                     $(
                                         key if (key >= 0x80 || oneof!($($oneof)?))
-                                            && key == (($number << 3) | wire_of!($check, $card) as u32) =>
+                                            && key == key_of($number, wire_of!($check, $card)) =>
                                         {
                                             let wire = wire_of!($check, $card);
                                             value!(@fast; bytes, wire, after, budget; $check $( ($target) )?, $card)?
