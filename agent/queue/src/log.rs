@@ -204,6 +204,7 @@ impl Frames {
     /// Appends record `seq` as one frame whose value `write` appends to the buffer it is given
     /// (the value must lead with `seq`, as `record::encode` writes it). On error nothing is
     /// appended.
+    #[inline(always)]
     pub fn push<E>(
         &mut self,
         seq: u64,

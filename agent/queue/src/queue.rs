@@ -849,14 +849,19 @@ impl Queue {
             self.append_time = (now, unix_ms(now));
             self.append_time.1
         };
-        // Room was checked above: the buffer does not grow.
-        let stored = self.pending.frames[ix].push(seq, |out| {
-            if check {
-                record::encode(out, seq, ms, event)
-            } else {
-                record::encode_trusted(out, seq, ms, event)
-            }
-        })? as u64;
+        // Room was checked above: the buffer does not grow. The check and splice inlined here:
+        // this is the queue's one hot path.
+        let stored = self.pending.frames[ix].push(
+            seq,
+            #[inline(always)]
+            |out| {
+                if check {
+                    record::encode(out, seq, ms, event)
+                } else {
+                    record::encode_trusted(out, seq, ms, event)
+                }
+            },
+        )? as u64;
         self.pending.records += 1;
         self.pending.bytes += stored;
         *self.next_seq.at_mut(ix) += 1;

@@ -45,6 +45,8 @@ pub(crate) struct Field {
     pub number: u32,
     pub check: Check,
     pub repeated: bool,
+    /// Marked `oneof` in the list: a member of a `oneof`, checked by the fast path's `match`.
+    pub oneof: bool,
 }
 
 /// A message: its name (for the schema test) and its fields, in increasing number.
@@ -141,12 +143,57 @@ fn delimited(bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
 /// `match` on the field number (see [`schema!`]).
 #[inline(never)]
 pub(crate) fn message<const M: usize>(bytes: &[u8], budget: u32) -> Option<()> {
-    let mut pos = in_order::<M>(bytes, budget)?;
+    let pos = in_order::<M>(bytes, budget)?;
+    rest::<M>(bytes, pos, budget)
+}
+
+/// The check of a nested message `M` without message fields of its own (see `LEAF`), inlined
+/// into the fast path of the message holding it instead of a call of [`message`]: the fields as
+/// prost writes them ([`in_order`]), then, out of line and only if a field of another shape
+/// follows, the general loop.
+#[inline(always)]
+fn leaf<const M: usize>(bytes: &[u8], budget: u32) -> Option<()> {
+    let pos = in_order::<M>(bytes, budget)?;
+    if pos < bytes.len() {
+        rest_out_of_line::<M>(bytes, pos, budget)
+    } else {
+        Some(())
+    }
+}
+
+/// The general loop over the fields of message `M` from `pos` on: per field its key, then a
+/// `match` on its number whose arms check the value inline (see [`schema!`]).
+#[inline(always)]
+fn rest<const M: usize>(bytes: &[u8], mut pos: usize, budget: u32) -> Option<()> {
     while pos < bytes.len() {
         let (number, wire, after) = key(bytes, pos)?;
         pos = field::<M>(bytes, number, wire, after, budget)?;
     }
     Some(())
+}
+
+/// [`rest`] for a message whose fast path was inlined into its holder's ([`leaf`]): rare, so
+/// kept out of the holder's code.
+#[inline(never)]
+fn rest_out_of_line<const M: usize>(bytes: &[u8], pos: usize, budget: u32) -> Option<()> {
+    rest::<M>(bytes, pos, budget)
+}
+
+/// The key of field `number` in wire type `wire`.
+const fn key_of(number: u32, wire: u8) -> u32 {
+    number << 3 | wire as u32
+}
+
+/// A key of one or two bytes at `pos` (field numbers up to 2047): its value and the position
+/// after it.
+#[inline(always)]
+fn short_key(bytes: &[u8], pos: usize) -> Option<(u32, usize)> {
+    let low = *bytes.get(pos)?;
+    if low < 0x80 {
+        return Some((u32::from(low), pos + 1));
+    }
+    let high = *bytes.get(pos + 1)?;
+    (high < 0x80).then_some((u32::from(low & 0x7f) | u32::from(high) << 7, pos + 2))
 }
 
 /// Checks a packed repeated scalar at `pos` (length-delimited), each element with `each`;
@@ -229,6 +276,25 @@ macro_rules! value {
             None
         }
     };
+    // In a fast path: a message without message fields is checked inline (`leaf`), any other by a
+    // call. prost checks the limit before entering the message, whose fields get one less.
+    (@fast; $bytes:ident, $wire:ident, $pos:ident, $budget:ident; Message($index:literal), $card:ident) => {
+        if $wire == LEN {
+            let inner = $budget.checked_sub(1)?;
+            let (start, end) = delimited($bytes, $pos)?;
+            if LEAF[$index] {
+                leaf::<$index>(&$bytes[start..end], inner)?;
+            } else {
+                message::<$index>(&$bytes[start..end], inner)?;
+            }
+            Some(end)
+        } else {
+            None
+        }
+    };
+    (@fast; $($rest:tt)*) => {
+        value!($($rest)*)
+    };
     ($bytes:ident, $wire:ident, $pos:ident, $budget:ident; Message($index:literal), $card:ident) => {
         if $wire == LEN {
             // prost checks the limit before entering the message, whose fields get one less.
@@ -258,6 +324,26 @@ macro_rules! wire_of {
     };
 }
 
+/// `true` for a message field.
+macro_rules! is_message {
+    (Message) => {
+        true
+    };
+    ($check:ident) => {
+        false
+    };
+}
+
+/// `true` for a field marked `oneof` in the schema list.
+macro_rules! oneof {
+    () => {
+        false
+    };
+    (oneof) => {
+        true
+    };
+}
+
 /// `true` for a repeated field.
 macro_rules! repeated {
     (single) => {
@@ -275,7 +361,7 @@ macro_rules! repeated {
 macro_rules! schema {
     ($(
         $index:literal $name:ident {
-            $( $number:literal : $check:ident $( ($target:literal) )?, $card:ident; )*
+            $( $number:literal : $check:ident $( ($target:literal) )?, $card:ident $(, $oneof:ident)?; )*
         }
     )*) => {
         /// The schema as data, `Event` first.
@@ -288,10 +374,15 @@ macro_rules! schema {
                         number: $number,
                         check: Check::$check $( ($target) )?,
                         repeated: repeated!($card),
+                        oneof: oneof!($($oneof)?),
                     },
                 )*],
             },
         )*];
+
+        /// Per message, `true` if none of its fields is a message: its check is inlined into
+        /// the fast path of the message holding it (see `leaf`).
+        const LEAF: [bool; [$($index),*].len()] = [$( true $( && !is_message!($check) )* ),*];
 
         // Each message's index is its place in the list.
         const _: () = {
@@ -304,11 +395,14 @@ macro_rules! schema {
         };
 
         /// Checks the fields at the start of the bytes of message `M` that come as prost writes
-        /// them: in increasing number, each in the wire type it writes, with a one-byte key (field
-        /// numbers up to 15). Per field of the schema, in order, one byte is compared with its
-        /// key; returns where the first field not in that order starts (the end of the bytes if
-        /// none), for the general loop of [`message`] to go on from there. A field is checked
-        /// exactly as that loop checks it.
+        /// them: in increasing number, each in the wire type it writes. Per field of the schema
+        /// with a one-byte key (field numbers up to 15), in order, one byte is compared with its
+        /// key, except the members of a `oneof` (at most one of which is set); then those and
+        /// the fields with a two-byte key (16 to 2047), in any order, by one `match` on the key
+        /// (an `Event`'s kind is one jump). Returns where the first other field starts (the
+        /// end of the bytes if none), for the general loop of [`message`] to go on from there. A
+        /// field is checked exactly as that loop checks it; a nested message without message
+        /// fields is checked inline (`leaf`).
         #[inline(always)]
         fn in_order<const M: usize>(bytes: &[u8], budget: u32) -> Option<usize> {
             let mut pos = 0;
@@ -318,16 +412,36 @@ macro_rules! schema {
                         $({
                             const WIRE: u8 = wire_of!($check, $card);
                             const KEY: u32 = ($number << 3) | WIRE as u32;
-                            if KEY < 0x80 {
+                            if KEY < 0x80 && !oneof!($($oneof)?) {
                                 while bytes.get(pos) == Some(&(KEY as u8)) {
                                     let (wire, after) = (WIRE, pos + 1);
-                                    pos = value!(bytes, wire, after, budget; $check $( ($target) )?, $card)?;
+                                    pos = value!(@fast; bytes, wire, after, budget; $check $( ($target) )?, $card)?;
                                     if !repeated!($card) {
                                         break;
                                     }
                                 }
                             }
                         })*
+                        const MATCHED: bool = false $(
+                                || (key_of($number, wire_of!($check, $card)) >= 0x80
+                                    || oneof!($($oneof)?))
+                                    && $number < 2048
+                        )*;
+                        if MATCHED {
+                            while let Some((key, after)) = short_key(bytes, pos) {
+                                pos = match key {
+                                    $(
+                                        key if (key >= 0x80 || oneof!($($oneof)?))
+                                            && key == key_of($number, wire_of!($check, $card)) =>
+                                        {
+                                            let wire = wire_of!($check, $card);
+                                            value!(@fast; bytes, wire, after, budget; $check $( ($target) )?, $card)?
+                                        }
+                                    )*
+                                    _ => break,
+                                };
+                            }
+                        }
                     }
                 )*
                 _ => {}
@@ -363,36 +477,44 @@ macro_rules! schema {
 /// an early exit, and only text with a byte of 0x80 or more takes the full validation. Up to 16
 /// bytes (names, keys, short values: most strings of an event) that is two loads that may overlap
 /// (OR-ing a byte twice changes nothing), or three single bytes below four; longer text is OR-ed
-/// 32 bytes at a time, then in words, the last word ending at the last byte.
+/// 16 bytes at a time, the last 16 ending at the last byte ([`any_high_bit`]).
 #[inline]
 fn utf8(bytes: &[u8]) -> bool {
     let len = bytes.len();
-    let high = if len > 16 {
-        let (blocks, rest) = bytes.as_chunks::<32>();
-        let blocks = blocks.iter().fold(0u64, |acc, block| {
-            let (w, _) = block.as_chunks::<8>();
-            acc | (u64::from_ne_bytes(w[0]) | u64::from_ne_bytes(w[1]))
-                | (u64::from_ne_bytes(w[2]) | u64::from_ne_bytes(w[3]))
-        });
-        let (words, _) = rest.as_chunks::<8>();
-        let words = words
-            .iter()
-            .fold(0u64, |acc, w| acc | u64::from_ne_bytes(*w));
-        blocks
-            | words
-            | bytes
-                .last_chunk::<8>()
-                .map_or(0, |w| u64::from_ne_bytes(*w))
-    } else if let (Some(first), Some(last)) = (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
-        u64::from_ne_bytes(*first) | u64::from_ne_bytes(*last)
-    } else if let (Some(first), Some(last)) = (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
-        u64::from(u32::from_ne_bytes(*first) | u32::from_ne_bytes(*last))
-    } else if let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) {
-        u64::from(first | bytes[len / 2] | last)
+    let ascii = if len > 16 {
+        let (blocks, _) = bytes.as_chunks::<16>();
+        bytes
+            .last_chunk::<16>()
+            .is_some_and(|last| !any_high_bit(blocks, last))
     } else {
-        0
+        let high = if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<8>(), bytes.last_chunk::<8>())
+        {
+            u64::from_ne_bytes(*first) | u64::from_ne_bytes(*last)
+        } else if let (Some(first), Some(last)) =
+            (bytes.first_chunk::<4>(), bytes.last_chunk::<4>())
+        {
+            u64::from(u32::from_ne_bytes(*first) | u32::from_ne_bytes(*last))
+        } else if let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) {
+            u64::from(first | bytes[len / 2] | last)
+        } else {
+            0
+        };
+        high & 0x8080_8080_8080_8080 == 0
     };
-    high & 0x8080_8080_8080_8080 == 0 || std::str::from_utf8(bytes).is_ok()
+    ascii || std::str::from_utf8(bytes).is_ok()
+}
+
+/// True if a byte of `blocks` or `last` is 0x80 or more: the blocks OR-ed as 128-bit integers
+/// (two words per 16 bytes), the high bits tested once at the end.
+#[inline(always)]
+fn any_high_bit(blocks: &[[u8; 16]], last: &[u8; 16]) -> bool {
+    let all = blocks
+        .iter()
+        .fold(u128::from_ne_bytes(*last), |acc, block| {
+            acc | u128::from_ne_bytes(*block)
+        });
+    all & 0x8080_8080_8080_8080_8080_8080_8080_8080 != 0
 }
 
 fn fixed(bytes: &[u8], pos: usize, len: usize) -> Option<usize> {
@@ -504,26 +626,26 @@ schema! {
         1: Varint, single;
         2: Varint, single;
         3: Varint, single;
-        10: Message(1), single;
-        11: Message(2), single;
-        12: Message(3), single;
-        13: Message(4), single;
-        14: Message(5), single;
-        15: Message(6), single;
-        16: Message(6), single;
-        17: Message(7), single;
-        18: Message(8), single;
-        19: Message(9), single;
-        20: Message(10), single;
-        21: Message(11), single;
-        22: Message(12), single;
-        23: Message(13), single;
-        24: Message(14), single;
-        25: Message(15), single;
-        26: Message(16), single;
-        27: Message(17), single;
-        28: Message(18), single;
-        29: Message(19), single;
+        10: Message(1), single, oneof;
+        11: Message(2), single, oneof;
+        12: Message(3), single, oneof;
+        13: Message(4), single, oneof;
+        14: Message(5), single, oneof;
+        15: Message(6), single, oneof;
+        16: Message(6), single, oneof;
+        17: Message(7), single, oneof;
+        18: Message(8), single, oneof;
+        19: Message(9), single, oneof;
+        20: Message(10), single, oneof;
+        21: Message(11), single, oneof;
+        22: Message(12), single, oneof;
+        23: Message(13), single, oneof;
+        24: Message(14), single, oneof;
+        25: Message(15), single, oneof;
+        26: Message(16), single, oneof;
+        27: Message(17), single, oneof;
+        28: Message(18), single, oneof;
+        29: Message(19), single, oneof;
     }
     1 DeadlineCounters {
         1: Message(20), single;
@@ -808,6 +930,14 @@ mod tests {
                 .map(|field| (field.number, field.check, field.repeated))
                 .collect();
             assert_eq!(table, expected, "fields of {name}");
+            for field in schema.fields.iter().filter(|field| field.oneof) {
+                let member = descriptor.get_field(field.number).unwrap();
+                assert!(
+                    member.containing_oneof().is_some(),
+                    "{name}.{} is marked oneof but is not a member of one",
+                    field.number
+                );
+            }
             i += 1;
         }
         assert_eq!(MESSAGES[0].name, "Event");
@@ -988,6 +1118,68 @@ mod tests {
                 assert!(!utf8(&text), "a lone continuation byte at {at} of {len}");
                 text[at] = b'a';
             }
+        }
+    }
+
+    #[test]
+    fn every_seed_event_without_a_seq_is_checked_whole_by_the_fast_path() {
+        // Every kind, field 29 (a two-byte key) included, and every message nested in it (those
+        // without message fields inline): the fast path reaches the end, and its verdict is the
+        // general loop's.
+        let seeds = seeds();
+        let (_, without_seq) = seeds.split_at(seeds.len() / 2);
+        for bytes in without_seq {
+            assert_eq!(
+                in_order::<0>(bytes, RECURSION_LIMIT),
+                Some(bytes.len()),
+                "{bytes:02x?}"
+            );
+            assert!(accepted_now(bytes));
+        }
+        // Out of prost's order (a field 1 after field 2) the general loop takes over.
+        let late_seq = [0x10, 0x05, 0x08, 0x63, 0x18, 0x07];
+        assert_eq!(in_order::<0>(&late_seq, RECURSION_LIMIT), Some(2));
+        assert!(accepted_now(&late_seq));
+    }
+
+    #[test]
+    fn kinds_with_two_byte_keys_holding_a_model_are_checked_whole_by_the_fast_path() {
+        let model = Some(pb::ModelVersion {
+            name: "planner".into(),
+            version: "2.1".into(),
+            ..Default::default()
+        });
+        let kinds = [
+            Kind::Intervention(pb::Intervention {
+                total: 3,
+                delta: 1,
+                reason: "obstacle".into(),
+                mode: 1,
+                model: model.clone(),
+                source: 1,
+            }),
+            Kind::SafeStop(pb::SafeStop {
+                total: 1,
+                reason: "e-stop".into(),
+                model,
+                ..Default::default()
+            }),
+        ];
+        for kind in kinds {
+            let bytes = Event {
+                seq: 0,
+                event_time_unix_ns: 1_700_000_000_000_000_000,
+                monotonic_ns: 42,
+                kind: Some(kind),
+            }
+            .encode_to_vec();
+            assert_eq!(
+                in_order::<0>(&bytes, RECURSION_LIMIT),
+                Some(bytes.len()),
+                "{bytes:02x?}"
+            );
+            assert!(accepted_now(&bytes));
+            assert!(accepted_before(&bytes));
         }
     }
 
