@@ -16,9 +16,9 @@
 //! the transaction commits each changed chunk is written back under the timestamp of its first
 //! sample (removed when emptied), split in even parts when it grew beyond [`MAX_SAMPLES`].
 //!
-//! Encoding of a chunk (the value of `sample_chunks`), written in format 2; format 1 (stores
-//! from before it) is still read, and a chunk of format 1 is written in format 2 when a
-//! transaction changes it:
+//! Encoding of a chunk (the value of `open_chunks` and `sealed_chunks`), written in format 2;
+//! format 1 (stores from before it) is still read, and a chunk of format 1 is written in format 2
+//! when a transaction changes it:
 //! ```text
 //! format 1: [1] then per sample: [ts ms: i64 LE][value: f64 bits, u64 LE]          16 B/sample
 //! format 2: [2][n: varint][ts ms: zigzag varint][value: f64 bits, u64 LE]     first sample
@@ -262,6 +262,17 @@ impl Iterator for Samples<'_> {
 
 impl ExactSizeIterator for Samples<'_> {}
 
+/// Where the store holds a chunk (see the store's tables): a series' *open* chunk, its last,
+/// rewritten as it grows, is kept apart from its *sealed* ones, written once each in the order
+/// they were sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The series' entry in `open_chunks`.
+    Open,
+    /// Entry `n` of `sealed_chunks` (found through `chunk_index`).
+    Sealed(u64),
+}
+
 /// A chunk loaded (or created) by a write transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chunk {
@@ -271,8 +282,9 @@ pub struct Chunk {
     /// Lowest timestamp it covers: `key`, lower only for the series' first chunk after it took
     /// a sample earlier than every chunk.
     pub low: i64,
-    /// Whether the store holds it under `key` (to be replaced or removed when written back).
-    pub stored: bool,
+    /// Where the store holds it under `key` (to be replaced or removed when written back);
+    /// `None` when created in this transaction.
+    pub stored: Option<Place>,
     /// Changed in this transaction.
     pub dirty: bool,
     /// Its samples, in time order.
@@ -280,8 +292,13 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// A chunk read from the store under `key`.
-    pub fn loaded(key: i64, bytes: &[u8], mut samples: Vec<(i64, f64)>) -> Result<Self, Malformed> {
+    /// A chunk read from the store under `key`, at `place`.
+    pub fn loaded(
+        key: i64,
+        place: Place,
+        bytes: &[u8],
+        mut samples: Vec<(i64, f64)>,
+    ) -> Result<Self, Malformed> {
         samples.clear();
         samples.extend(decode(bytes)?);
         let ordered = samples.windows(2).all(|w| w[0].0 < w[1].0);
@@ -291,7 +308,7 @@ impl Chunk {
         Ok(Self {
             key,
             low: key,
-            stored: true,
+            stored: Some(place),
             dirty: false,
             samples,
         })
@@ -302,7 +319,7 @@ impl Chunk {
         Self {
             key: ts,
             low: ts,
-            stored: false,
+            stored: None,
             dirty: true,
             samples,
         }
@@ -354,8 +371,9 @@ impl Chunk {
         self.samples.len() >= MAX_SAMPLES && self.samples.last().is_some_and(|s| s.0 < ts)
     }
 
-    /// The last of [`Chunk::parts`] as the store holds it once written back; `None` when empty.
-    pub fn into_stored_last(mut self) -> Option<Chunk> {
+    /// The last of [`Chunk::parts`] as the store holds it once written back at `place`; `None`
+    /// when empty.
+    pub fn into_stored_last(mut self, place: Place) -> Option<Chunk> {
         let last = self.parts().last()?.len();
         let at = self.samples.len() - last;
         let samples = if at == 0 {
@@ -367,7 +385,7 @@ impl Chunk {
         Some(Self {
             key,
             low: key,
-            stored: true,
+            stored: Some(place),
             dirty: false,
             samples,
         })
@@ -472,14 +490,14 @@ mod tests {
             other[0] = 3;
             assert_eq!(decode(&other).err(), Some(Malformed));
             assert_eq!(
-                Chunk::loaded(2, &bytes, Vec::new()).err(),
+                Chunk::loaded(2, Place::Open, &bytes, Vec::new()).err(),
                 Some(Malformed),
                 "key"
             );
             let mut backwards = Vec::new();
             encode(&[(2, 1.0), (1, 2.0)], &mut backwards);
             assert_eq!(
-                Chunk::loaded(2, &backwards, Vec::new()).err(),
+                Chunk::loaded(2, Place::Open, &backwards, Vec::new()).err(),
                 Some(Malformed)
             );
         }
