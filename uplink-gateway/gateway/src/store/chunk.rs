@@ -94,41 +94,67 @@ fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(*head))
 }
 
+/// Where a compact encoding stands after a sample: what the next one is encoded against (its
+/// time, the step from the sample before it, its value's bits).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Cursor {
+    ts: i64,
+    delta: i64,
+    bits: u64,
+}
+
+/// Appends the compact encoding of a run's first sample (after its format byte and count).
+fn encode_first((ts, value): (i64, f64), out: &mut Vec<u8>) -> Cursor {
+    put_varint(zigzag(ts), out);
+    out.extend_from_slice(&value.to_bits().to_le_bytes());
+    Cursor {
+        ts,
+        delta: 0,
+        bits: value.to_bits(),
+    }
+}
+
+/// Appends the compact encoding of the sample after the one `cursor` stands at, and moves it on.
+fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<u8>) {
+    let next_delta = next_ts.wrapping_sub(cursor.ts);
+    put_varint(zigzag(next_delta.wrapping_sub(cursor.delta)), out);
+    let previous = f64::from_bits(cursor.bits);
+    let xor = cursor.bits ^ value.to_bits();
+    *cursor = Cursor {
+        ts: next_ts,
+        delta: next_delta,
+        bits: value.to_bits(),
+    };
+    if xor == 0 {
+        out.push(0);
+        return;
+    }
+    // A counter of whole numbers: their difference, when it gives back the exact bits.
+    if let (Some(from), Some(to)) = (whole(previous), whole(value))
+        && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == cursor.bits
+    {
+        out.push(WHOLE_DELTA);
+        put_varint(zigzag(to.wrapping_sub(from)), out);
+        return;
+    }
+    let trailing = xor.trailing_zeros() / 8;
+    let length = 8 - xor.leading_zeros() / 8 - trailing;
+    out.push(((trailing << 4) | length) as u8);
+    let kept = (xor >> (8 * trailing)).to_le_bytes();
+    out.extend_from_slice(&kept[..length as usize]);
+}
+
 /// Appends the encoding of `samples` (in time order) to `out`, in the compact format.
 pub fn encode(samples: &[(i64, f64)], out: &mut Vec<u8>) {
     out.reserve(2 + samples.len() * 6);
     out.push(FORMAT_COMPACT);
     put_varint(samples.len() as u64, out);
-    let Some((&(first_ts, first_value), rest)) = samples.split_first() else {
+    let Some((&first, rest)) = samples.split_first() else {
         return;
     };
-    put_varint(zigzag(first_ts), out);
-    out.extend_from_slice(&first_value.to_bits().to_le_bytes());
-    let (mut ts, mut delta, mut bits) = (first_ts, 0i64, first_value.to_bits());
-    for &(next_ts, value) in rest {
-        let next_delta = next_ts.wrapping_sub(ts);
-        put_varint(zigzag(next_delta.wrapping_sub(delta)), out);
-        (ts, delta) = (next_ts, next_delta);
-        let previous = f64::from_bits(bits);
-        let xor = bits ^ value.to_bits();
-        bits = value.to_bits();
-        if xor == 0 {
-            out.push(0);
-            continue;
-        }
-        // A counter of whole numbers: their difference, when it gives back the exact bits.
-        if let (Some(from), Some(to)) = (whole(previous), whole(value))
-            && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == bits
-        {
-            out.push(WHOLE_DELTA);
-            put_varint(zigzag(to.wrapping_sub(from)), out);
-            continue;
-        }
-        let trailing = xor.trailing_zeros() / 8;
-        let length = 8 - xor.leading_zeros() / 8 - trailing;
-        out.push(((trailing << 4) | length) as u8);
-        let kept = (xor >> (8 * trailing)).to_le_bytes();
-        out.extend_from_slice(&kept[..length as usize]);
+    let mut cursor = encode_first(first, out);
+    for &sample in rest {
+        encode_next(&mut cursor, sample, out);
     }
 }
 
@@ -289,6 +315,28 @@ pub struct Chunk {
     pub dirty: bool,
     /// Its samples, in time order.
     pub samples: Vec<(i64, f64)>,
+    /// The encoding of its first samples, while it only grew at its end (see
+    /// [`Chunk::encode_into`]).
+    encoded: Encoded,
+}
+
+/// The compact encoding of a chunk's first samples, kept while the chunk only grows at its end,
+/// so that writing the chunk back encodes only the samples appended since it was last written.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Encoded {
+    /// The encoding of `samples[..len]` after the format byte and count.
+    body: Vec<u8>,
+    /// How many samples `body` holds; 0 when there is nothing to build on.
+    len: usize,
+    /// Where the encoding stands after the last of them.
+    cursor: Cursor,
+}
+
+impl Encoded {
+    fn clear(&mut self) {
+        self.body.clear();
+        self.len = 0;
+    }
 }
 
 impl Chunk {
@@ -311,6 +359,7 @@ impl Chunk {
             stored: Some(place),
             dirty: false,
             samples,
+            encoded: Encoded::default(),
         })
     }
 
@@ -322,6 +371,7 @@ impl Chunk {
             stored: None,
             dirty: true,
             samples,
+            encoded: Encoded::default(),
         }
     }
 
@@ -352,6 +402,10 @@ impl Chunk {
                 Err(at) => at,
             },
         };
+        if at < self.samples.len() {
+            // Not at the end: the encoding kept no longer leads to the samples.
+            self.encoded.clear();
+        }
         self.samples.insert(at, (ts, value));
         self.low = self.low.min(ts);
         self.dirty = true;
@@ -362,6 +416,7 @@ impl Chunk {
     pub fn remove(&mut self, ts: i64) {
         if let Ok(at) = self.samples.binary_search_by_key(&ts, |s| s.0) {
             self.samples.remove(at);
+            self.encoded.clear();
             self.dirty = true;
         }
     }
@@ -376,10 +431,10 @@ impl Chunk {
     pub fn into_stored_last(mut self, place: Place) -> Option<Chunk> {
         let last = self.parts().last()?.len();
         let at = self.samples.len() - last;
-        let samples = if at == 0 {
-            self.samples
+        let (samples, encoded) = if at == 0 {
+            (self.samples, self.encoded)
         } else {
-            self.samples.split_off(at)
+            (self.samples.split_off(at), Encoded::default())
         };
         let key = samples.first()?.0;
         Some(Self {
@@ -388,7 +443,30 @@ impl Chunk {
             stored: Some(place),
             dirty: false,
             samples,
+            encoded,
         })
+    }
+
+    /// Appends the encoding of the whole chunk to `out`, the same bytes as [`encode`] of its
+    /// samples: only the samples appended since the last call are encoded, when it only grew at
+    /// its end since; the encoding of those before is copied.
+    pub fn encode_into(&mut self, out: &mut Vec<u8>) {
+        let encoded = &mut self.encoded;
+        if encoded.len > self.samples.len() {
+            encoded.clear();
+        }
+        for &sample in &self.samples[encoded.len..] {
+            if encoded.len == 0 {
+                encoded.cursor = encode_first(sample, &mut encoded.body);
+            } else {
+                encode_next(&mut encoded.cursor, sample, &mut encoded.body);
+            }
+            encoded.len += 1;
+        }
+        out.reserve(11 + encoded.body.len());
+        out.push(FORMAT_COMPACT);
+        put_varint(self.samples.len() as u64, out);
+        out.extend_from_slice(&encoded.body);
     }
 
     /// The runs to store for this chunk: even parts of at most [`MAX_SAMPLES`] (none when it is
@@ -504,6 +582,35 @@ mod tests {
         let mut empty = Vec::new();
         encode(&[], &mut empty);
         assert_eq!(decode(&empty).err(), Some(Malformed), "no samples");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_chunk_encoded_as_it_grows_is_encoded_as_its_samples_are(
+            ops in proptest::collection::vec((0u8..4, 0i64..200, 0u64..4), 1..120)
+        ) {
+            // Appends mostly, some samples before the end and removals, the chunk written back
+            // (encoded) between them: each time the bytes of its samples encoded at once.
+            let mut chunk = Chunk::created(100, Vec::new());
+            let mut end = 100;
+            for (op, ts, value) in ops {
+                let value = [0.0, 1.5, 250.0 * ts as f64, f64::NAN][value as usize];
+                match op {
+                    0 | 1 => {
+                        end += 1 + ts % 3;
+                        chunk.put(end, value);
+                    }
+                    2 => {
+                        chunk.put(ts, value);
+                    }
+                    _ => chunk.remove(ts),
+                }
+                let (mut cached, mut whole) = (Vec::new(), Vec::new());
+                chunk.encode_into(&mut cached);
+                encode(&chunk.samples, &mut whole);
+                proptest::prop_assert_eq!(cached, whole);
+            }
+        }
     }
 
     #[test]
