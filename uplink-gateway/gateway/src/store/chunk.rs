@@ -55,7 +55,10 @@ const WHOLE_DELTA: u8 = 0x80;
 /// `value` as an integer when it is a whole number that an `f64` holds exactly.
 fn whole(value: f64) -> Option<i64> {
     const EXACT: f64 = (1u64 << 53) as f64;
-    (value.fract() == 0.0 && value.abs() <= EXACT).then_some(value as i64)
+    // The conversion saturates and drops a fraction: equal back only for a whole number (no
+    // call to `trunc`, which `fract` makes).
+    let int = value as i64;
+    (int as f64 == value && value.abs() <= EXACT).then_some(int)
 }
 
 fn put_varint(mut value: u64, out: &mut Vec<u8>) {
@@ -95,12 +98,36 @@ fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
 }
 
 /// Where a compact encoding stands after a sample: what the next one is encoded against (its
-/// time, the step from the sample before it, its value's bits).
+/// time, the step from the sample before it, its value's bits, and the value as a whole number
+/// when it is one).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Cursor {
     ts: i64,
     delta: i64,
     bits: u64,
+    whole: Option<i64>,
+}
+
+/// The bytes of one sample's encoding, built on the stack and appended at once: at most a
+/// 10-byte varint, a control byte and a 10-byte varint.
+struct Staged {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl Staged {
+    fn push(&mut self, byte: u8) {
+        self.bytes[self.len] = byte;
+        self.len += 1;
+    }
+
+    fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.push(value as u8);
+    }
 }
 
 /// Appends the compact encoding of a run's first sample (after its format byte and count).
@@ -111,37 +138,48 @@ fn encode_first((ts, value): (i64, f64), out: &mut Vec<u8>) -> Cursor {
         ts,
         delta: 0,
         bits: value.to_bits(),
+        whole: whole(value),
     }
 }
 
 /// Appends the compact encoding of the sample after the one `cursor` stands at, and moves it on.
 fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<u8>) {
+    let mut staged = Staged {
+        bytes: [0; 24],
+        len: 0,
+    };
     let next_delta = next_ts.wrapping_sub(cursor.ts);
-    put_varint(zigzag(next_delta.wrapping_sub(cursor.delta)), out);
-    let previous = f64::from_bits(cursor.bits);
+    staged.varint(zigzag(next_delta.wrapping_sub(cursor.delta)));
     let xor = cursor.bits ^ value.to_bits();
+    let previous = cursor.whole;
     *cursor = Cursor {
         ts: next_ts,
         delta: next_delta,
         bits: value.to_bits(),
+        whole: if xor == 0 { previous } else { whole(value) },
     };
     if xor == 0 {
-        out.push(0);
+        staged.push(0);
+        out.extend_from_slice(&staged.bytes[..staged.len]);
         return;
     }
     // A counter of whole numbers: their difference, when it gives back the exact bits.
-    if let (Some(from), Some(to)) = (whole(previous), whole(value))
+    if let (Some(from), Some(to)) = (previous, cursor.whole)
         && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == cursor.bits
     {
-        out.push(WHOLE_DELTA);
-        put_varint(zigzag(to.wrapping_sub(from)), out);
+        staged.push(WHOLE_DELTA);
+        staged.varint(zigzag(to.wrapping_sub(from)));
+        out.extend_from_slice(&staged.bytes[..staged.len]);
         return;
     }
     let trailing = xor.trailing_zeros() / 8;
     let length = 8 - xor.leading_zeros() / 8 - trailing;
-    out.push(((trailing << 4) | length) as u8);
+    staged.push(((trailing << 4) | length) as u8);
     let kept = (xor >> (8 * trailing)).to_le_bytes();
-    out.extend_from_slice(&kept[..length as usize]);
+    for &byte in &kept[..length as usize] {
+        staged.push(byte);
+    }
+    out.extend_from_slice(&staged.bytes[..staged.len]);
 }
 
 /// Appends the encoding of `samples` (in time order) to `out`, in the compact format.
