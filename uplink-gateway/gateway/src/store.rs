@@ -11,6 +11,14 @@
 //!   touches (first the series' last one, where appends land), edits them in memory and writes
 //!   each changed one back before it commits, so the chunks a reader sees are those of the last
 //!   commit. A group costs a B-tree write per series it touches, not per sample.
+//! - A series' last chunk, its *open* one, is kept apart from its earlier, *sealed* ones: at most
+//!   one per series in `open_chunks`, after every sealed one of the series. A chunk is sealed
+//!   when a chunk is started after it (it is full) or when a transaction changes it while it is
+//!   not the last: it is then written once at the end of `sealed_chunks` (numbered in the order
+//!   sealed, so a group appends its sealed chunks in a few new pages) and indexed by (series id,
+//!   first timestamp) in `chunk_index`, whose entries are small. So a group rewrites the pages
+//!   of the open chunks and the index entries it touches, not those of the chunks before them. A
+//!   sealed chunk that a late sample changes is removed and sealed again under a new number.
 //! - A series is *live* for its machine from its admission until it retires; retiring removes it
 //!   from `live_series` only (its samples stay), and a retired series written again is admitted
 //!   again like a new one. Admission and retirement are the ingest path's decisions; the store
@@ -23,13 +31,18 @@
 //!   `export-focus`) may open it read-only at the same time and see its commits.
 //! - A store of the format before chunks (samples one per entry, table `samples`) is migrated
 //!   when the writer opens it, in one transaction; until then read-only openers read that table.
+//!   So is a store of the layout with every chunk in one table (`sample_chunks`, keyed by (series
+//!   id, first ts)): each series' last chunk is moved to `open_chunks`, the others sealed, their
+//!   bytes as they were.
 //!
 //! Tables:
 //! ```text
 //! series          &str  canonical key          -> u64 series id
 //! series_by_id    u64   series id              -> &str canonical key
 //! live_series     (&str machine, u64 series id) -> LiveSeries (32 bytes)
-//! sample_chunks   (u64 series id, i64 first ts ms) -> chunk of up to 128 (ts ms, value), see chunk.rs
+//! open_chunks     (u64 series id, i64 first ts ms) -> the series' last chunk, see chunk.rs
+//! sealed_chunks   u64   number (order sealed)  -> a chunk of up to 128 (ts ms, value), see chunk.rs
+//! chunk_index     (u64 series id, i64 first ts ms) -> u64 number in sealed_chunks
 //! dedup           &[u8] machine\0 tier epoch   -> SeqRanges encoding (see dedup.rs)
 //! machines        &str  machine id             -> MachineState (96 bytes; 56 before the fleet series, 40 before series lifecycle)
 //! dead_letters    u64   id (arrival order)     -> DeadLetter encoding
@@ -47,7 +60,7 @@ use redb::{
     TableHandle,
 };
 
-use self::chunk::Chunk;
+use self::chunk::{Chunk, Place};
 
 use crate::config::StoreConfig;
 use crate::dedup::SeqRanges;
@@ -55,9 +68,19 @@ use crate::dedup::SeqRanges;
 const SERIES: TableDefinition<&str, u64> = TableDefinition::new("series");
 const SERIES_BY_ID: TableDefinition<u64, &str> = TableDefinition::new("series_by_id");
 const LIVE_SERIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("live_series");
-const SAMPLE_CHUNKS: TableDefinition<(u64, i64), &[u8]> = TableDefinition::new("sample_chunks");
-/// Samples of the format before chunks, one entry per sample; migrated to `sample_chunks` when
-/// the writer opens the store.
+/// Each series' open chunk, its last (see [`chunk::Place`]).
+const OPEN_CHUNKS: TableDefinition<(u64, i64), &[u8]> = TableDefinition::new("open_chunks");
+/// Sealed chunks in the order they were sealed: each written once, at the end of the table.
+const SEALED_CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("sealed_chunks");
+/// Where each sealed chunk is: small entries, so a group's sealings rewrite few pages.
+const CHUNK_INDEX: TableDefinition<(u64, i64), u64> = TableDefinition::new("chunk_index");
+/// Chunks of the layout before open and sealed chunks were kept apart: every chunk of a series
+/// under (series id, first ts); moved into the three tables above when the writer opens the
+/// store.
+const CHUNKS_IN_ONE_TABLE: TableDefinition<(u64, i64), &[u8]> =
+    TableDefinition::new("sample_chunks");
+/// Samples of the format before chunks, one entry per sample; migrated into chunks when the
+/// writer opens the store.
 const SAMPLES_BEFORE_CHUNKS: TableDefinition<(u64, i64), f64> = TableDefinition::new("samples");
 const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
@@ -400,7 +423,8 @@ enum Handle {
 const SERIES_ID_CACHE_MAX: usize = 1 << 18;
 
 /// Most series whose last chunk [`Store`] keeps in memory between transactions: about 2 KiB of
-/// samples each (32 MiB in all), the series a gateway appends to in a few minutes. Beyond it the
+/// samples and 0.6 KiB of their encoding each (42 MiB in all), the series a gateway appends to
+/// in a few minutes. Beyond it the
 /// cache starts again empty after each commit: each transaction then reads the last chunk of
 /// each series it touches once, as without the cache.
 const HEAD_CACHE_MAX: usize = 1 << 14;
@@ -412,9 +436,9 @@ struct WriterCache {
     /// goes away, so the cache is never stale). Given back with what a transaction created when
     /// it commits.
     series_ids: foldhash::HashMap<String, u64>,
-    /// The last stored chunk of series, by id, as its last commit wrote it (one writer, so
-    /// nothing else changes it). A transaction takes those it touches and gives back their last
-    /// chunk when it commits; one that fails gives back none.
+    /// The last stored chunk of series, by id, as its last commit wrote it, with its encoding
+    /// (one writer, so nothing else changes it). A transaction takes those it touches and gives
+    /// back their last chunk when it commits; one that fails gives back none.
     heads: foldhash::HashMap<u64, Chunk>,
 }
 
@@ -443,12 +467,25 @@ impl Store {
             .set_concurrency_mode(ConcurrencyMode::SingleWriter)
             .create(&config.path)
             .map_err(open_error)?;
+        Self::with_database(db, config)
+    }
+
+    /// The store over the writer's `db`, migrated to this layout.
+    fn with_database(db: Database, config: &StoreConfig) -> Result<Self, StoreError> {
         let migrated = migrate_samples(&db)?;
         if migrated > 0 {
             tracing::info!(
                 path = %config.path.display(),
                 samples = migrated,
                 "Samples of the format before chunks were moved into chunks."
+            );
+        }
+        let moved = migrate_chunks(&db)?;
+        if moved > 0 {
+            tracing::info!(
+                path = %config.path.display(),
+                chunks = moved,
+                "Chunks were moved apart into open and sealed chunks."
             );
         }
         let store = Self {
@@ -516,7 +553,12 @@ impl Store {
                 series: txn.open_table(SERIES)?,
                 series_by_id: txn.open_table(SERIES_BY_ID)?,
                 live_series: txn.open_table(LIVE_SERIES)?,
-                samples: txn.open_table(SAMPLE_CHUNKS)?,
+                samples: ChunkTables {
+                    open: txn.open_table(OPEN_CHUNKS)?,
+                    sealed: txn.open_table(SEALED_CHUNKS)?,
+                    index: txn.open_table(CHUNK_INDEX)?,
+                    next_sealed: None,
+                },
                 chunks: foldhash::HashMap::default(),
                 heads,
                 spare: Vec::new(),
@@ -761,11 +803,30 @@ impl Store {
     }
 }
 
-/// The samples table of a read transaction: chunks, or the table of a store of the format before
-/// chunks that no writer has opened (and so migrated) yet.
+/// The sample tables of a read transaction: open and sealed chunks, or the table of a store of
+/// an earlier layout that no writer has opened (and so migrated) yet.
 enum Samples {
-    Chunks(Option<ReadOnlyTable<(u64, i64), &'static [u8]>>),
+    Chunks(Option<Box<ReadChunks>>),
+    InOneTable(ReadOnlyTable<(u64, i64), &'static [u8]>),
     BeforeChunks(ReadOnlyTable<(u64, i64), f64>),
+}
+
+/// The tables of open and sealed chunks, read-only.
+struct ReadChunks {
+    open: ReadOnlyTable<(u64, i64), &'static [u8]>,
+    sealed: ReadOnlyTable<u64, &'static [u8]>,
+    index: ReadOnlyTable<(u64, i64), u64>,
+}
+
+impl ReadChunks {
+    /// The samples of sealed chunk `seq` of series `id` at `key`.
+    fn sealed(&self, id: u64, key: i64, seq: u64) -> Result<Vec<(i64, f64)>, StoreError> {
+        let corrupt = || StoreError::CorruptChunk { series: id, key };
+        let bytes = self.sealed.get(seq)?.ok_or_else(corrupt)?;
+        Ok(chunk::decode(bytes.value())
+            .map_err(|_| corrupt())?
+            .collect())
+    }
 }
 
 impl Samples {
@@ -775,11 +836,21 @@ impl Samples {
             Err(TableError::TableDoesNotExist(_)) => {}
             Err(error) => return Err(error.into()),
         }
-        match txn.open_table(SAMPLE_CHUNKS) {
-            Ok(table) => Ok(Self::Chunks(Some(table))),
-            Err(TableError::TableDoesNotExist(_)) => Ok(Self::Chunks(None)),
-            Err(error) => Err(error.into()),
+        match txn.open_table(CHUNKS_IN_ONE_TABLE) {
+            Ok(table) => return Ok(Self::InOneTable(table)),
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(error) => return Err(error.into()),
         }
+        let open = match txn.open_table(OPEN_CHUNKS) {
+            Ok(table) => table,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(Self::Chunks(None)),
+            Err(error) => return Err(error.into()),
+        };
+        Ok(Self::Chunks(Some(Box::new(ReadChunks {
+            open,
+            sealed: txn.open_table(SEALED_CHUNKS)?,
+            index: txn.open_table(CHUNK_INDEX)?,
+        }))))
     }
 
     /// Appends the samples of series `id` with `from_ms <= ts <= to_ms` (all, or the latest) to
@@ -793,9 +864,71 @@ impl Samples {
         out: &mut Vec<(i64, f64)>,
     ) -> Result<(), StoreError> {
         let corrupt = |key| StoreError::CorruptChunk { series: id, key };
+        let within = |ts: &i64| (from_ms..=to_ms).contains(ts);
         match self {
             Self::Chunks(None) => {}
-            Self::Chunks(Some(table)) => match read {
+            Self::Chunks(Some(tables)) => {
+                // The open chunk when it starts at or before `to_ms`: it comes after every
+                // sealed one.
+                let open = match tables.open.range((id, i64::MIN)..=(id, to_ms))?.next() {
+                    Some(entry) => {
+                        let (key, bytes) = entry?;
+                        let key = key.value().1;
+                        let samples = chunk::decode(bytes.value()).map_err(|_| corrupt(key))?;
+                        Some((key, samples.collect::<Vec<_>>()))
+                    }
+                    None => None,
+                };
+                match read {
+                    Read::All => {
+                        // The sealed chunk covering `from_ms` starts at or before it (none
+                        // when the open chunk does).
+                        let open_covers = open.as_ref().is_some_and(|(key, _)| *key <= from_ms);
+                        if !open_covers {
+                            let start = match tables
+                                .index
+                                .range((id, i64::MIN)..=(id, from_ms))?
+                                .next_back()
+                            {
+                                Some(entry) => entry?.0.value().1,
+                                None => from_ms,
+                            };
+                            for entry in tables.index.range((id, start)..=(id, to_ms))? {
+                                let (key, seq) = entry?;
+                                let samples = tables.sealed(id, key.value().1, seq.value())?;
+                                out.extend(samples.into_iter().filter(|(ts, _)| within(ts)));
+                            }
+                        }
+                        if let Some((_, samples)) = open {
+                            out.extend(samples.into_iter().filter(|(ts, _)| within(ts)));
+                        }
+                    }
+                    Read::Latest => {
+                        // The last chunk starting at or before `to_ms` holds the latest sample.
+                        let samples = match open {
+                            Some((_, samples)) => samples,
+                            None => match tables
+                                .index
+                                .range((id, i64::MIN)..=(id, to_ms))?
+                                .next_back()
+                            {
+                                Some(entry) => {
+                                    let (key, seq) = entry?;
+                                    tables.sealed(id, key.value().1, seq.value())?
+                                }
+                                None => Vec::new(),
+                            },
+                        };
+                        if let Some(&latest) =
+                            samples.iter().take_while(|(ts, _)| *ts <= to_ms).last()
+                            && latest.0 >= from_ms
+                        {
+                            out.push(latest);
+                        }
+                    }
+                }
+            }
+            Self::InOneTable(table) => match read {
                 Read::All => {
                     // The chunk covering `from_ms` starts at or before it.
                     let start = match table.range((id, i64::MIN)..=(id, from_ms))?.next_back() {
@@ -806,7 +939,7 @@ impl Samples {
                         let (key, bytes) = entry?;
                         let samples =
                             chunk::decode(bytes.value()).map_err(|_| corrupt(key.value().1))?;
-                        out.extend(samples.filter(|(ts, _)| (from_ms..=to_ms).contains(ts)));
+                        out.extend(samples.filter(|(ts, _)| within(ts)));
                     }
                 }
                 Read::Latest => {
@@ -845,26 +978,37 @@ impl Samples {
     }
 
     fn count(&self) -> Result<u64, StoreError> {
+        let count_chunks = |table: &ReadOnlyTable<(u64, i64), &'static [u8]>| {
+            let mut count = 0;
+            for entry in table.iter()? {
+                let (key, bytes) = entry?;
+                let (series, key) = key.value();
+                count += chunk::count(bytes.value())
+                    .map_err(|_| StoreError::CorruptChunk { series, key })?
+                    as u64;
+            }
+            Ok::<u64, StoreError>(count)
+        };
         match self {
             Self::Chunks(None) => Ok(0),
-            Self::Chunks(Some(table)) => {
-                let mut count = 0;
-                for entry in table.iter()? {
-                    let (key, bytes) = entry?;
+            Self::Chunks(Some(tables)) => {
+                let mut count = count_chunks(&tables.open)?;
+                for entry in tables.index.iter()? {
+                    let (key, seq) = entry?;
                     let (series, key) = key.value();
-                    count += chunk::count(bytes.value())
-                        .map_err(|_| StoreError::CorruptChunk { series, key })?
-                        as u64;
+                    count += tables.sealed(series, key, seq.value())?.len() as u64;
                 }
                 Ok(count)
             }
+            Self::InOneTable(table) => count_chunks(table),
             Self::BeforeChunks(table) => Ok(table.len()?),
         }
     }
 }
 
-/// Moves the samples of a store of the format before chunks into chunks, in one durable
-/// transaction (all moved, or none); returns how many. Nothing to do for a store in chunks.
+/// Moves the samples of a store of the format before chunks into chunks (in one table, the layout
+/// [`migrate_chunks`] then moves apart), in one durable transaction (all moved, or none); returns
+/// how many. Nothing to do for a store in chunks.
 fn migrate_samples(db: &Database) -> Result<u64, StoreError> {
     let mut txn = db.begin_write()?;
     let before_chunks = txn
@@ -877,7 +1021,7 @@ fn migrate_samples(db: &Database) -> Result<u64, StoreError> {
     let mut moved = 0;
     {
         let old = txn.open_table(SAMPLES_BEFORE_CHUNKS)?;
-        let mut chunks = txn.open_table(SAMPLE_CHUNKS)?;
+        let mut chunks = txn.open_table(CHUNKS_IN_ONE_TABLE)?;
         let mut run: Vec<(i64, f64)> = Vec::with_capacity(chunk::MAX_SAMPLES);
         let mut run_series = 0;
         let mut bytes = Vec::new();
@@ -907,6 +1051,50 @@ fn migrate_samples(db: &Database) -> Result<u64, StoreError> {
     Ok(moved)
 }
 
+/// Moves the chunks of a store of the layout in one table apart: each series' last chunk into
+/// `open_chunks`, the others into `sealed_chunks` (indexed in `chunk_index`), their bytes as
+/// stored (format 1 stays readable), in one durable transaction (all moved, or none); returns
+/// how many. Nothing to do for a store of this layout.
+fn migrate_chunks(db: &Database) -> Result<u64, StoreError> {
+    let mut txn = db.begin_write()?;
+    let in_one_table = txn
+        .list_tables()?
+        .any(|table| table.name() == CHUNKS_IN_ONE_TABLE.name());
+    if !in_one_table {
+        return Ok(0);
+    }
+    txn.set_durability(Durability::Immediate)?;
+    let mut moved = 0;
+    {
+        let old = txn.open_table(CHUNKS_IN_ONE_TABLE)?;
+        let mut open = txn.open_table(OPEN_CHUNKS)?;
+        let mut sealed = txn.open_table(SEALED_CHUNKS)?;
+        let mut index = txn.open_table(CHUNK_INDEX)?;
+        let mut seq = sealed.last()?.map_or(0, |(key, _)| key.value() + 1);
+        let mut entries = old.iter()?.peekable();
+        while let Some(entry) = entries.next() {
+            let (key, bytes) = entry?;
+            let (series, first) = key.value();
+            let last = match entries.peek() {
+                Some(Ok((next, _))) => next.value().0 != series,
+                Some(Err(_)) => false,
+                None => true,
+            };
+            if last {
+                open.insert((series, first), bytes.value())?;
+            } else {
+                sealed.insert(seq, bytes.value())?;
+                index.insert((series, first), seq)?;
+                seq += 1;
+            }
+            moved += 1;
+        }
+    }
+    txn.delete_table(CHUNKS_IN_ONE_TABLE)?;
+    txn.commit()?;
+    Ok(moved)
+}
+
 /// The chunks of one series that a write transaction loaded or created.
 #[derive(Debug, Default)]
 struct SeriesChunks {
@@ -918,7 +1106,57 @@ struct SeriesChunks {
     head_known: bool,
 }
 
-type ChunkTable<'txn> = Table<'txn, (u64, i64), &'static [u8]>;
+/// The sample tables of a write transaction (see [`chunk::Place`]).
+struct ChunkTables<'txn> {
+    open: Table<'txn, (u64, i64), &'static [u8]>,
+    sealed: Table<'txn, u64, &'static [u8]>,
+    index: Table<'txn, (u64, i64), u64>,
+    /// The number the next sealed chunk takes, once looked up in this transaction.
+    next_sealed: Option<u64>,
+}
+
+impl ChunkTables<'_> {
+    /// The number for a chunk sealed now: after every stored one.
+    fn next_sealed(&mut self) -> Result<u64, StoreError> {
+        let next = match self.next_sealed {
+            Some(next) => next,
+            None => self.sealed.last()?.map_or(0, |(key, _)| key.value() + 1),
+        };
+        self.next_sealed = Some(next + 1);
+        Ok(next)
+    }
+
+    /// Stores the encoded chunk of series `id` starting at `first`: as its open chunk, or sealed
+    /// after every sealed one.
+    fn put(&mut self, id: u64, first: i64, bytes: &[u8], open: bool) -> Result<(), StoreError> {
+        if open {
+            self.open.insert((id, first), bytes)?;
+        } else {
+            let seq = self.next_sealed()?;
+            self.sealed.insert(seq, bytes)?;
+            self.index.insert((id, first), seq)?;
+        }
+        Ok(())
+    }
+
+    /// Sealed chunk `seq` of series `id` at `key`, into `series.chunks` at `at`; returns `at`.
+    fn load_sealed(
+        &self,
+        series: &mut SeriesChunks,
+        at: usize,
+        id: u64,
+        key: i64,
+        seq: u64,
+        spare: &mut Vec<Vec<(i64, f64)>>,
+    ) -> Result<usize, StoreError> {
+        let bytes = self
+            .sealed
+            .get(seq)?
+            .ok_or(StoreError::CorruptChunk { series: id, key })?;
+        series.load(at, id, key, Place::Sealed(seq), bytes.value(), spare)
+    }
+}
+
 type ChunksTouched = foldhash::HashMap<u64, SeriesChunks>;
 
 /// The chunks of series `id` in this transaction: at its first touch, its last chunk from the
@@ -939,33 +1177,40 @@ fn series_chunks<'a>(
 
 impl SeriesChunks {
     /// The series' last chunk as the store holds it once this transaction's changes are written
-    /// back; `None` when that is not known.
+    /// back (see [`Writer::flush_chunks`]); `None` when that is not known.
     fn into_head(mut self) -> Option<Chunk> {
         if !self.head_known {
             return None;
         }
-        self.chunks.pop()?.into_stored_last()
+        let last = self.chunks.pop()?;
+        if last.dirty {
+            last.into_stored_last(Place::Open)
+        } else {
+            Some(last)
+        }
     }
 
-    /// Loads the stored chunk `key` into `chunks` at `at`; returns `at`.
+    /// Loads the stored chunk `key` (at `place`) into `chunks` at `at`; returns `at`.
     fn load(
         &mut self,
         at: usize,
         id: u64,
         key: i64,
+        place: Place,
         bytes: &[u8],
         spare: &mut Vec<Vec<(i64, f64)>>,
     ) -> Result<usize, StoreError> {
-        let chunk = Chunk::loaded(key, bytes, spare.pop().unwrap_or_default())
+        let chunk = Chunk::loaded(key, place, bytes, spare.pop().unwrap_or_default())
             .map_err(|_| StoreError::CorruptChunk { series: id, key })?;
         self.chunks.insert(at, chunk);
         Ok(at)
     }
 
-    /// Loads the series' last chunk, the first time the transaction touches the series.
+    /// Loads the series' last chunk (its open one, else its last sealed one), the first time
+    /// the transaction touches the series.
     fn touch(
         &mut self,
-        table: &ChunkTable<'_>,
+        tables: &ChunkTables<'_>,
         id: u64,
         spare: &mut Vec<Vec<(i64, f64)>>,
     ) -> Result<(), StoreError> {
@@ -973,9 +1218,17 @@ impl SeriesChunks {
             return Ok(());
         }
         self.head_known = true;
-        if let Some(entry) = table.range((id, i64::MIN)..=(id, i64::MAX))?.next_back() {
+        let at = self.chunks.len();
+        if let Some(entry) = tables.open.range((id, i64::MIN)..=(id, i64::MAX))?.next() {
             let (key, bytes) = entry?;
-            self.load(self.chunks.len(), id, key.value().1, bytes.value(), spare)?;
+            self.load(at, id, key.value().1, Place::Open, bytes.value(), spare)?;
+        } else if let Some(entry) = tables
+            .index
+            .range((id, i64::MIN)..=(id, i64::MAX))?
+            .next_back()
+        {
+            let (key, seq) = entry?;
+            tables.load_sealed(self, at, id, key.value().1, seq.value(), spare)?;
         }
         Ok(())
     }
@@ -984,22 +1237,25 @@ impl SeriesChunks {
     /// every chunk.
     fn covering(
         &mut self,
-        table: &ChunkTable<'_>,
+        tables: &ChunkTables<'_>,
         id: u64,
         ts: i64,
         spare: &mut Vec<Vec<(i64, f64)>>,
     ) -> Result<Option<usize>, StoreError> {
-        self.touch(table, id, spare)?;
+        self.touch(tables, id, spare)?;
         let after = self.chunks.partition_point(|c| c.key <= ts);
         // At or after the last chunk's key: no stored chunk comes later.
         if after == self.chunks.len() && after > 0 {
             return Ok(Some(after - 1));
         }
-        if let Some(entry) = table.range((id, i64::MIN)..=(id, ts))?.next_back() {
-            let (key, bytes) = entry?;
+        // Before the last chunk (the open one, when there is one, is loaded): a sealed one.
+        if let Some(entry) = tables.index.range((id, i64::MIN)..=(id, ts))?.next_back() {
+            let (key, seq) = entry?;
             let key = key.value().1;
             if after == 0 || self.chunks[after - 1].key < key {
-                return self.load(after, id, key, bytes.value(), spare).map(Some);
+                return tables
+                    .load_sealed(self, after, id, key, seq.value(), spare)
+                    .map(Some);
             }
         }
         if after > 0 {
@@ -1015,16 +1271,18 @@ impl SeriesChunks {
     /// The series' first chunk, loaded when needed; `None` when it has none.
     fn first(
         &mut self,
-        table: &ChunkTable<'_>,
+        tables: &ChunkTables<'_>,
         id: u64,
         spare: &mut Vec<Vec<(i64, f64)>>,
     ) -> Result<Option<usize>, StoreError> {
-        self.touch(table, id, spare)?;
-        if let Some(entry) = table.range((id, i64::MIN)..=(id, i64::MAX))?.next() {
-            let (key, bytes) = entry?;
+        self.touch(tables, id, spare)?;
+        if let Some(entry) = tables.index.range((id, i64::MIN)..=(id, i64::MAX))?.next() {
+            let (key, seq) = entry?;
             let key = key.value().1;
             if self.chunks.first().is_none_or(|c| key < c.key) {
-                return self.load(0, id, key, bytes.value(), spare).map(Some);
+                return tables
+                    .load_sealed(self, 0, id, key, seq.value(), spare)
+                    .map(Some);
             }
         }
         Ok((!self.chunks.is_empty()).then_some(0))
@@ -1033,7 +1291,7 @@ impl SeriesChunks {
     /// The chunk after `chunks[at]`, loaded when needed.
     fn next(
         &mut self,
-        table: &ChunkTable<'_>,
+        tables: &ChunkTables<'_>,
         id: u64,
         at: usize,
         spare: &mut Vec<Vec<(i64, f64)>>,
@@ -1043,14 +1301,14 @@ impl SeriesChunks {
             return Ok(None);
         };
         let after = self.chunks[at].key;
-        let mut stored = table.range((
+        let mut stored = tables.index.range((
             std::ops::Bound::Excluded((id, after)),
             std::ops::Bound::Excluded((id, next)),
         ))?;
         if let Some(entry) = stored.next() {
-            let (key, bytes) = entry?;
-            return self
-                .load(at + 1, id, key.value().1, bytes.value(), spare)
+            let (key, seq) = entry?;
+            return tables
+                .load_sealed(self, at + 1, id, key.value().1, seq.value(), spare)
                 .map(Some);
         }
         Ok(Some(at + 1))
@@ -1059,18 +1317,24 @@ impl SeriesChunks {
     /// The chunk before `chunks[at]`, loaded when needed.
     fn prev(
         &mut self,
-        table: &ChunkTable<'_>,
+        tables: &ChunkTables<'_>,
         id: u64,
         at: usize,
         spare: &mut Vec<Vec<(i64, f64)>>,
     ) -> Result<Option<usize>, StoreError> {
         let before = self.chunks[at].key;
         let pending = at.checked_sub(1).map(|i| self.chunks[i].key);
-        if let Some(entry) = table.range((id, i64::MIN)..(id, before))?.next_back() {
-            let (key, bytes) = entry?;
+        if let Some(entry) = tables
+            .index
+            .range((id, i64::MIN)..(id, before))?
+            .next_back()
+        {
+            let (key, seq) = entry?;
             let key = key.value().1;
             if pending.is_none_or(|p| key > p) {
-                return self.load(at, id, key, bytes.value(), spare).map(Some);
+                return tables
+                    .load_sealed(self, at, id, key, seq.value(), spare)
+                    .map(Some);
             }
         }
         Ok(at.checked_sub(1))
@@ -1091,7 +1355,8 @@ pub struct Writer<'txn> {
     series: Table<'txn, &'static str, u64>,
     series_by_id: Table<'txn, u64, &'static str>,
     live_series: Table<'txn, (&'static str, u64), &'static [u8]>,
-    samples: Table<'txn, (u64, i64), &'static [u8]>,
+    /// The tables of open and sealed chunks.
+    samples: ChunkTables<'txn>,
     /// Chunks of samples loaded or created in this transaction, by series id; the changed ones
     /// are written back before it commits.
     chunks: foldhash::HashMap<u64, SeriesChunks>,
@@ -1243,27 +1508,62 @@ impl Writer<'_> {
     }
 
     /// Writes back the chunks changed in this transaction, each under its first sample's time
-    /// (split when it grew too large, removed when emptied).
+    /// (split when it grew too large, removed when emptied): a series' last chunk (its last part)
+    /// to `open_chunks`, replacing its open chunk there; any other changed chunk, and an open
+    /// chunk that is no longer the last, sealed at the end of `sealed_chunks`.
     fn flush_chunks(&mut self) -> Result<(), StoreError> {
         // In key order: neighbouring writes land in the same B-tree pages.
         let mut ids: Vec<u64> = self.chunks.keys().copied().collect();
         ids.sort_unstable();
+        let Self {
+            samples: tables,
+            chunks,
+            encoded,
+            ..
+        } = self;
         for id in ids {
-            let Some(series) = self.chunks.get(&id) else {
+            let Some(series) = chunks.get_mut(&id) else {
                 continue;
             };
-            for chunk in series.chunks.iter().filter(|chunk| chunk.dirty) {
-                let first = chunk.samples.first().map(|s| s.0);
-                if chunk.stored && first != Some(chunk.key) {
-                    self.samples.remove((id, chunk.key))?;
+            // `touch` loaded the stored last chunk, so the last of `chunks` is the series' last.
+            let last = series
+                .head_known
+                .then(|| series.chunks.len().checked_sub(1))
+                .flatten();
+            for (at, chunk) in series.chunks.iter_mut().enumerate() {
+                let is_last = Some(at) == last;
+                let moves = chunk.stored == Some(Place::Open) && !is_last;
+                if !chunk.dirty && !moves {
+                    continue;
                 }
-                for part in chunk.parts() {
+                let parts = chunk.parts().count();
+                let first = chunk.samples.first().map(|s| s.0);
+                // An open chunk that stays open under its key is overwritten in place.
+                let in_place = is_last && parts == 1 && first == Some(chunk.key);
+                match chunk.stored {
+                    Some(Place::Sealed(seq)) => {
+                        tables.index.remove((id, chunk.key))?;
+                        tables.sealed.remove(seq)?;
+                    }
+                    Some(Place::Open) if !in_place => {
+                        tables.open.remove((id, chunk.key))?;
+                    }
+                    _ => {}
+                }
+                if let (1, Some(first)) = (parts, first) {
+                    // The common case: one run, encoded from where its last write-back ended.
+                    encoded.clear();
+                    chunk.encode_into(encoded);
+                    tables.put(id, first, encoded, is_last)?;
+                    continue;
+                }
+                for (n, part) in chunk.parts().enumerate() {
                     let Some(&(first, _)) = part.first() else {
                         continue;
                     };
-                    self.encoded.clear();
-                    chunk::encode(part, &mut self.encoded);
-                    self.samples.insert((id, first), self.encoded.as_slice())?;
+                    encoded.clear();
+                    chunk::encode(part, encoded);
+                    tables.put(id, first, encoded, is_last && n + 1 == parts)?;
                 }
             }
         }
@@ -1754,26 +2054,67 @@ mod tests {
         txn.commit().unwrap();
     }
 
-    /// Every stored chunk holds the invariants of `chunk`: keyed by its first sample, not empty,
-    /// in order, within the size bound, not overlapping the next chunk of its series.
-    fn assert_chunks_hold_their_invariants(path: &Path) {
+    /// Every stored chunk, as (series, key, place, format byte, samples), in key order per series
+    /// (sealed ones first, then the open one).
+    type StoredChunk = (u64, i64, Place, u8, Vec<(i64, f64)>);
+
+    fn stored_chunks(path: &Path) -> Vec<StoredChunk> {
         let db = Database::builder().open_read_only(path).unwrap();
         let txn = db.begin_read().unwrap();
-        let table = txn.open_table(SAMPLE_CHUNKS).unwrap();
-        let mut previous: Option<(u64, i64)> = None;
-        for entry in table.iter().unwrap() {
+        let open = txn.open_table(OPEN_CHUNKS).unwrap();
+        let sealed = txn.open_table(SEALED_CHUNKS).unwrap();
+        let index = txn.open_table(CHUNK_INDEX).unwrap();
+        let mut out = Vec::new();
+        let mut indexed = std::collections::BTreeSet::new();
+        for entry in index.iter().unwrap() {
+            let (key, seq) = entry.unwrap();
+            let (series, first) = key.value();
+            assert!(indexed.insert(seq.value()), "a sealed chunk indexed twice");
+            let bytes = sealed
+                .get(seq.value())
+                .unwrap()
+                .expect("indexed chunks exist");
+            let bytes = bytes.value();
+            let samples = chunk::decode(bytes).unwrap().collect();
+            out.push((series, first, Place::Sealed(seq.value()), bytes[0], samples));
+        }
+        assert_eq!(
+            sealed.len().unwrap(),
+            indexed.len() as u64,
+            "every sealed chunk is indexed"
+        );
+        for entry in open.iter().unwrap() {
             let (key, bytes) = entry.unwrap();
             let (series, first) = key.value();
-            let samples: Vec<_> = chunk::decode(bytes.value()).unwrap().collect();
+            let bytes = bytes.value();
+            let samples = chunk::decode(bytes).unwrap().collect();
+            out.push((series, first, Place::Open, bytes[0], samples));
+        }
+        // Stable: per series its sealed chunks by key, then its open one.
+        out.sort_by_key(|c| c.0);
+        out
+    }
+
+    /// Every stored chunk holds the invariants of `chunk`: keyed by its first sample, not empty,
+    /// in order, within the size bound, not overlapping the next chunk of its series; a series
+    /// has at most one open chunk, after all its sealed ones.
+    fn assert_chunks_hold_their_invariants(path: &Path) {
+        let mut previous: Option<(u64, i64, Place)> = None;
+        for (series, first, place, _, samples) in stored_chunks(path) {
             assert!(!samples.is_empty() && samples.len() <= chunk::MAX_SAMPLES);
             assert_eq!(samples[0].0, first, "keyed by its first sample");
             assert!(samples.windows(2).all(|w| w[0].0 < w[1].0));
-            if let Some((prev_series, prev_last)) = previous
+            if let Some((prev_series, prev_last, prev_place)) = previous
                 && prev_series == series
             {
                 assert!(prev_last < first, "chunks of series {series} overlap");
+                assert_ne!(
+                    prev_place,
+                    Place::Open,
+                    "series {series}: the open chunk is last"
+                );
             }
-            previous = Some((series, samples[samples.len() - 1].0));
+            previous = Some((series, samples[samples.len() - 1].0, place));
         }
     }
 
@@ -1830,6 +2171,38 @@ mod tests {
         assert_eq!(reopened.sample_count().unwrap(), 303);
     }
 
+    /// A series key and its chunks' samples.
+    type SeriesInChunks<'a> = (&'a str, Vec<&'a [(i64, f64)]>);
+
+    /// Writes a store of the layout with every chunk in one table (`sample_chunks`), as the
+    /// store wrote it before open and sealed chunks were kept apart: `chunks` per series key, each
+    /// encoded by `encode`.
+    fn write_store_in_one_table(
+        path: &Path,
+        series: &[SeriesInChunks<'_>],
+        encode: fn(&[(i64, f64)], &mut Vec<u8>),
+    ) {
+        let db = Database::builder().create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut keys = txn.open_table(SERIES).unwrap();
+            let mut by_id = txn.open_table(SERIES_BY_ID).unwrap();
+            let mut chunks = txn.open_table(CHUNKS_IN_ONE_TABLE).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            for (id, (key, parts)) in (1u64..).zip(series) {
+                keys.insert(*key, id).unwrap();
+                by_id.insert(id, *key).unwrap();
+                for part in parts {
+                    let mut bytes = Vec::new();
+                    encode(part, &mut bytes);
+                    chunks.insert((id, part[0].0), bytes.as_slice()).unwrap();
+                }
+                meta.insert(NEXT_SERIES, id + 1).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+
     #[test]
     fn a_store_of_plain_chunks_reads_back_and_rewrites_the_chunks_it_changes_compactly() {
         let dir = tempfile::tempdir().unwrap();
@@ -1839,27 +2212,11 @@ mod tests {
         let a1: Vec<(i64, f64)> = (0..128).map(|i| (i * 10, i as f64)).collect();
         let a2: Vec<(i64, f64)> = (128..200).map(|i| (i * 10, i as f64)).collect();
         let b: Vec<(i64, f64)> = vec![(-5, f64::NAN), (7, 2.5)];
-        {
-            let db = Database::builder().create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut keys = txn.open_table(SERIES).unwrap();
-                let mut by_id = txn.open_table(SERIES_BY_ID).unwrap();
-                let mut chunks = txn.open_table(SAMPLE_CHUNKS).unwrap();
-                let mut meta = txn.open_table(META).unwrap();
-                for (id, key, parts) in [(1u64, "a{}", vec![&a1, &a2]), (2, "b{}", vec![&b])] {
-                    keys.insert(key, id).unwrap();
-                    by_id.insert(id, key).unwrap();
-                    for part in parts {
-                        let mut bytes = Vec::new();
-                        chunk::encode_plain(part, &mut bytes);
-                        chunks.insert((id, part[0].0), bytes.as_slice()).unwrap();
-                    }
-                }
-                meta.insert(NEXT_SERIES, 3).unwrap();
-            }
-            txn.commit().unwrap();
-        }
+        write_store_in_one_table(
+            &path,
+            &[("a{}", vec![&a1, &a2]), ("b{}", vec![&b])],
+            chunk::encode_plain,
+        );
         let all: Vec<(i64, f64)> = a1.iter().chain(&a2).copied().collect();
         let store = Store::open_path(&path).unwrap();
         assert_eq!(
@@ -1881,23 +2238,19 @@ mod tests {
             .unwrap();
         drop(store);
         assert_chunks_hold_their_invariants(&path);
-        let db = Database::builder().open_read_only(&path).unwrap();
-        let txn = db.begin_read().unwrap();
-        let table = txn.open_table(SAMPLE_CHUNKS).unwrap();
-        let formats: Vec<((u64, i64), u8)> = table
-            .iter()
-            .unwrap()
-            .map(|entry| {
-                let (key, bytes) = entry.unwrap();
-                (key.value(), bytes.value()[0])
-            })
+        let formats: Vec<(u64, i64, Place, u8)> = stored_chunks(&path)
+            .into_iter()
+            .map(|(series, key, place, format, _)| (series, key, place, format))
             .collect();
         assert_eq!(
             formats,
-            vec![((1, 0), 1), ((1, 1280), 2), ((2, -5), 1)],
+            vec![
+                (1, 0, Place::Sealed(0), 1),
+                (1, 1280, Place::Open, 2),
+                (2, -5, Place::Open, 1)
+            ],
             "only the chunk that changed is rewritten, in format 2"
         );
-        drop((table, txn, db));
         let reopened = Store::open_read_only(&path).unwrap();
         let mut expected = all;
         expected.push((2000, 200.0));
@@ -1913,6 +2266,243 @@ mod tests {
     }
 
     #[test]
+    fn a_store_with_every_chunk_in_one_table_reads_back_every_sample_and_series_after_the_upgrade()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("one-table.redb");
+        // Series 1 with three full chunks and an open one, series 2 with one chunk, series 3 with
+        // two full ones: compact chunks, as the layout in one table wrote them.
+        let a: Vec<(i64, f64)> = (0..450).map(|i| (i * 10, (i * 250) as f64)).collect();
+        let b: Vec<(i64, f64)> = vec![(-5, f64::NAN), (7, 2.5)];
+        let c: Vec<(i64, f64)> = (0..256).map(|i| (1_000 + i, 0.37 * i as f64)).collect();
+        let chunks_of = |samples: &[(i64, f64)]| -> Vec<Vec<(i64, f64)>> {
+            samples
+                .chunks(chunk::MAX_SAMPLES)
+                .map(<[_]>::to_vec)
+                .collect()
+        };
+        let (a_chunks, c_chunks) = (chunks_of(&a), chunks_of(&c));
+        let keys = ["a{m=\"1\"}", "b{}", "c{m=\"2\"}"];
+        write_store_in_one_table(
+            &path,
+            &[
+                (keys[0], a_chunks.iter().map(Vec::as_slice).collect()),
+                (keys[1], vec![&b]),
+                (keys[2], c_chunks.iter().map(Vec::as_slice).collect()),
+            ],
+            chunk::encode,
+        );
+        let bits = |samples: &[(i64, f64)]| -> Vec<(i64, u64)> {
+            samples.iter().map(|&(t, v)| (t, v.to_bits())).collect()
+        };
+        let check = |store: &Store| {
+            for (metric, samples) in [("a", &a), ("b", &b), ("c", &c)] {
+                let read = store.query(metric, i64::MIN, i64::MAX).unwrap();
+                assert_eq!(read.len(), 1, "{metric}");
+                assert_eq!(bits(&read[0].samples), bits(samples), "{metric}");
+                let latest = store
+                    .query_latest(metric, i64::MIN, i64::MAX, None)
+                    .unwrap();
+                assert_eq!(
+                    bits(&latest[0].samples),
+                    bits(&samples[samples.len() - 1..])
+                );
+            }
+            assert_eq!(
+                store.query("a", 1275, 1295).unwrap()[0].samples,
+                vec![(1280, 32_000.0), (1290, 32_250.0)],
+                "a window across two chunks"
+            );
+            assert_eq!(store.metrics().unwrap(), vec!["a", "b", "c"]);
+            assert_eq!(store.sample_count().unwrap(), 450 + 2 + 256);
+        };
+        // Before any writer opened it, a read-only opener reads the table as it is.
+        check(&Store::open_read_only(&path).unwrap());
+        let store = Store::open_path(&path).unwrap();
+        check(&store);
+        store
+            .write(|w| {
+                for (id, key) in (1u64..).zip(keys) {
+                    assert_eq!(w.series_id(key)?, Some(id), "series keep their ids");
+                }
+                assert_eq!(w.put_sample(1, 100, 1.0)?, Upsert::Conflict);
+                assert_eq!(w.put_sample(1, 100, 2_500.0)?, Upsert::Identical);
+                assert_eq!(w.last_sample(3)?, Some((1_255, 0.37 * 255.0)));
+                Ok(())
+            })
+            .unwrap();
+        check(&store);
+        drop(store);
+        assert_chunks_hold_their_invariants(&path);
+        let places: Vec<(u64, i64, Place)> = stored_chunks(&path)
+            .into_iter()
+            .map(|(series, key, place, _, _)| (series, key, place))
+            .collect();
+        assert_eq!(
+            places,
+            vec![
+                (1, 0, Place::Sealed(0)),
+                (1, 1280, Place::Sealed(1)),
+                (1, 2560, Place::Sealed(2)),
+                (1, 3840, Place::Open),
+                (2, -5, Place::Open),
+                (3, 1000, Place::Sealed(3)),
+                (3, 1128, Place::Open),
+            ],
+            "each series' last chunk open, the others sealed"
+        );
+        let db = Database::builder().open_read_only(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        assert!(
+            txn.list_tables()
+                .unwrap()
+                .all(|t| t.name() != CHUNKS_IN_ONE_TABLE.name()),
+            "the table of the old layout is gone"
+        );
+        drop((txn, db));
+        check(&Store::open_read_only(&path).unwrap());
+    }
+
+    /// redb's file backend, counting the bytes written through it.
+    #[derive(Debug)]
+    struct CountingBackend {
+        inner: redb::backends::FileBackend,
+        written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl redb::StorageBackend for CountingBackend {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.written
+                .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.inner.write(offset, data)
+        }
+        fn close(&self) -> Result<(), std::io::Error> {
+            self.inner.close()
+        }
+        fn try_lock_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<bool, redb::BackendError> {
+            self.inner.try_lock_range(start, end)
+        }
+        fn try_lock_shared_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<bool, redb::BackendError> {
+            self.inner.try_lock_shared_range(start, end)
+        }
+        fn lock_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<(), redb::BackendError> {
+            self.inner.lock_range(start, end)
+        }
+        fn lock_shared_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<(), redb::BackendError> {
+            self.inner.lock_shared_range(start, end)
+        }
+        fn unlock_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<(), redb::BackendError> {
+            self.inner.unlock_range(start, end)
+        }
+        fn query_lock_range(
+            &self,
+            start: std::ops::Bound<u64>,
+            end: std::ops::Bound<u64>,
+        ) -> Result<bool, redb::BackendError> {
+            self.inner.query_lock_range(start, end)
+        }
+    }
+
+    #[test]
+    fn a_group_appending_to_every_series_rewrites_their_open_chunks_not_the_chunks_before_them() {
+        // 400 series of a deadline counter every 10 s with 8 chunks of history each, then groups
+        // appending 20 samples to every series, as a fleet's steady ingest does: each group
+        // should write about its new samples and the open chunks, not the pages of every
+        // series' earlier chunks.
+        const SERIES: u64 = 400;
+        const HISTORY: i64 = 8 * chunk::MAX_SAMPLES as i64;
+        const PER_GROUP: i64 = 20;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap();
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let backend = CountingBackend {
+            inner: redb::backends::FileBackend::new(file).unwrap(),
+            written: written.clone(),
+        };
+        let config = StoreConfig::at(&path);
+        let db = Database::builder()
+            .set_cache_size(config.cache_size)
+            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            .create_with_backend(backend)
+            .unwrap();
+        let store = Store::with_database(db, &config).unwrap();
+        let sample = |i: i64| (1_700_000_000_000 + i * 10_000, (250 * i) as f64);
+        let group = |from: i64, to: i64| {
+            store
+                .write(|w| {
+                    for s in 0..SERIES {
+                        let id = w.series_id_or_create(&format!("cycles{{m=\"{s}\"}}"))?;
+                        for i in from..to {
+                            let (ts, value) = sample(i);
+                            assert_eq!(w.put_sample(id, ts, value)?, Upsert::New);
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        };
+        group(0, HISTORY);
+        let mut per_group = Vec::new();
+        for g in 0..4 {
+            let before = written.load(std::sync::atomic::Ordering::Relaxed);
+            group(HISTORY + g * PER_GROUP, HISTORY + (g + 1) * PER_GROUP);
+            per_group.push(written.load(std::sync::atomic::Ordering::Relaxed) - before);
+        }
+        // The new samples take about 4 bytes each, 32 KiB per group; the open chunks they land
+        // in 40 to 200 KiB; the first group also seals every series' full chunk (200 KiB, plus
+        // the index). The layout with every chunk in one table rewrote a 4 KiB page per series,
+        // the one holding its last chunk and the chunks before it: 1.6 MiB and more per group.
+        let bound = 512 * 1024;
+        assert!(
+            per_group.iter().all(|&bytes| bytes <= bound),
+            "bytes written per group: {per_group:?}, bound {bound}"
+        );
+        assert_eq!(
+            store.sample_count().unwrap(),
+            SERIES * (HISTORY + 4 * PER_GROUP) as u64
+        );
+    }
+
+    #[test]
     fn a_corrupt_chunk_is_an_error_naming_it_not_a_panic() {
         let (dir, store) = store();
         store
@@ -1924,7 +2514,7 @@ mod tests {
             .unwrap();
         store
             .write(|w| {
-                w.samples.insert((1, 5), [9u8, 9, 9].as_slice())?;
+                w.samples.open.insert((1, 5), [9u8, 9, 9].as_slice())?;
                 Ok(())
             })
             .unwrap();

@@ -16,9 +16,9 @@
 //! the transaction commits each changed chunk is written back under the timestamp of its first
 //! sample (removed when emptied), split in even parts when it grew beyond [`MAX_SAMPLES`].
 //!
-//! Encoding of a chunk (the value of `sample_chunks`), written in format 2; format 1 (stores
-//! from before it) is still read, and a chunk of format 1 is written in format 2 when a
-//! transaction changes it:
+//! Encoding of a chunk (the value of `open_chunks` and `sealed_chunks`), written in format 2;
+//! format 1 (stores from before it) is still read, and a chunk of format 1 is written in format 2
+//! when a transaction changes it:
 //! ```text
 //! format 1: [1] then per sample: [ts ms: i64 LE][value: f64 bits, u64 LE]          16 B/sample
 //! format 2: [2][n: varint][ts ms: zigzag varint][value: f64 bits, u64 LE]     first sample
@@ -55,7 +55,10 @@ const WHOLE_DELTA: u8 = 0x80;
 /// `value` as an integer when it is a whole number that an `f64` holds exactly.
 fn whole(value: f64) -> Option<i64> {
     const EXACT: f64 = (1u64 << 53) as f64;
-    (value.fract() == 0.0 && value.abs() <= EXACT).then_some(value as i64)
+    // The conversion saturates and drops a fraction: equal back only for a whole number (no
+    // call to `trunc`, which `fract` makes).
+    let int = value as i64;
+    (int as f64 == value && value.abs() <= EXACT).then_some(int)
 }
 
 fn put_varint(mut value: u64, out: &mut Vec<u8>) {
@@ -94,41 +97,102 @@ fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(*head))
 }
 
+/// Where a compact encoding stands after a sample: what the next one is encoded against (its
+/// time, the step from the sample before it, its value's bits, and the value as a whole number
+/// when it is one).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Cursor {
+    ts: i64,
+    delta: i64,
+    bits: u64,
+    whole: Option<i64>,
+}
+
+/// The bytes of one sample's encoding, built on the stack and appended at once: at most a
+/// 10-byte varint, a control byte and a 10-byte varint.
+struct Staged {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl Staged {
+    fn push(&mut self, byte: u8) {
+        self.bytes[self.len] = byte;
+        self.len += 1;
+    }
+
+    fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.push(value as u8);
+    }
+}
+
+/// Appends the compact encoding of a run's first sample (after its format byte and count).
+fn encode_first((ts, value): (i64, f64), out: &mut Vec<u8>) -> Cursor {
+    put_varint(zigzag(ts), out);
+    out.extend_from_slice(&value.to_bits().to_le_bytes());
+    Cursor {
+        ts,
+        delta: 0,
+        bits: value.to_bits(),
+        whole: whole(value),
+    }
+}
+
+/// Appends the compact encoding of the sample after the one `cursor` stands at, and moves it on.
+fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<u8>) {
+    let mut staged = Staged {
+        bytes: [0; 24],
+        len: 0,
+    };
+    let next_delta = next_ts.wrapping_sub(cursor.ts);
+    staged.varint(zigzag(next_delta.wrapping_sub(cursor.delta)));
+    let xor = cursor.bits ^ value.to_bits();
+    let previous = cursor.whole;
+    *cursor = Cursor {
+        ts: next_ts,
+        delta: next_delta,
+        bits: value.to_bits(),
+        whole: if xor == 0 { previous } else { whole(value) },
+    };
+    if xor == 0 {
+        staged.push(0);
+        out.extend_from_slice(&staged.bytes[..staged.len]);
+        return;
+    }
+    // A counter of whole numbers: their difference, when it gives back the exact bits.
+    if let (Some(from), Some(to)) = (previous, cursor.whole)
+        && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == cursor.bits
+    {
+        staged.push(WHOLE_DELTA);
+        staged.varint(zigzag(to.wrapping_sub(from)));
+        out.extend_from_slice(&staged.bytes[..staged.len]);
+        return;
+    }
+    let trailing = xor.trailing_zeros() / 8;
+    let length = 8 - xor.leading_zeros() / 8 - trailing;
+    staged.push(((trailing << 4) | length) as u8);
+    let kept = (xor >> (8 * trailing)).to_le_bytes();
+    for &byte in &kept[..length as usize] {
+        staged.push(byte);
+    }
+    out.extend_from_slice(&staged.bytes[..staged.len]);
+}
+
 /// Appends the encoding of `samples` (in time order) to `out`, in the compact format.
 pub fn encode(samples: &[(i64, f64)], out: &mut Vec<u8>) {
     out.reserve(2 + samples.len() * 6);
     out.push(FORMAT_COMPACT);
     put_varint(samples.len() as u64, out);
-    let Some((&(first_ts, first_value), rest)) = samples.split_first() else {
+    let Some((&first, rest)) = samples.split_first() else {
         return;
     };
-    put_varint(zigzag(first_ts), out);
-    out.extend_from_slice(&first_value.to_bits().to_le_bytes());
-    let (mut ts, mut delta, mut bits) = (first_ts, 0i64, first_value.to_bits());
-    for &(next_ts, value) in rest {
-        let next_delta = next_ts.wrapping_sub(ts);
-        put_varint(zigzag(next_delta.wrapping_sub(delta)), out);
-        (ts, delta) = (next_ts, next_delta);
-        let previous = f64::from_bits(bits);
-        let xor = bits ^ value.to_bits();
-        bits = value.to_bits();
-        if xor == 0 {
-            out.push(0);
-            continue;
-        }
-        // A counter of whole numbers: their difference, when it gives back the exact bits.
-        if let (Some(from), Some(to)) = (whole(previous), whole(value))
-            && (from.wrapping_add(to.wrapping_sub(from)) as f64).to_bits() == bits
-        {
-            out.push(WHOLE_DELTA);
-            put_varint(zigzag(to.wrapping_sub(from)), out);
-            continue;
-        }
-        let trailing = xor.trailing_zeros() / 8;
-        let length = 8 - xor.leading_zeros() / 8 - trailing;
-        out.push(((trailing << 4) | length) as u8);
-        let kept = (xor >> (8 * trailing)).to_le_bytes();
-        out.extend_from_slice(&kept[..length as usize]);
+    let mut cursor = encode_first(first, out);
+    for &sample in rest {
+        encode_next(&mut cursor, sample, out);
     }
 }
 
@@ -262,6 +326,17 @@ impl Iterator for Samples<'_> {
 
 impl ExactSizeIterator for Samples<'_> {}
 
+/// Where the store holds a chunk (see the store's tables): a series' *open* chunk, its last,
+/// rewritten as it grows, is kept apart from its *sealed* ones, written once each in the order
+/// they were sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The series' entry in `open_chunks`.
+    Open,
+    /// Entry `n` of `sealed_chunks` (found through `chunk_index`).
+    Sealed(u64),
+}
+
 /// A chunk loaded (or created) by a write transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chunk {
@@ -271,17 +346,45 @@ pub struct Chunk {
     /// Lowest timestamp it covers: `key`, lower only for the series' first chunk after it took
     /// a sample earlier than every chunk.
     pub low: i64,
-    /// Whether the store holds it under `key` (to be replaced or removed when written back).
-    pub stored: bool,
+    /// Where the store holds it under `key` (to be replaced or removed when written back);
+    /// `None` when created in this transaction.
+    pub stored: Option<Place>,
     /// Changed in this transaction.
     pub dirty: bool,
     /// Its samples, in time order.
     pub samples: Vec<(i64, f64)>,
+    /// The encoding of its first samples, while it only grew at its end (see
+    /// [`Chunk::encode_into`]).
+    encoded: Encoded,
+}
+
+/// The compact encoding of a chunk's first samples, kept while the chunk only grows at its end,
+/// so that writing the chunk back encodes only the samples appended since it was last written.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Encoded {
+    /// The encoding of `samples[..len]` after the format byte and count.
+    body: Vec<u8>,
+    /// How many samples `body` holds; 0 when there is nothing to build on.
+    len: usize,
+    /// Where the encoding stands after the last of them.
+    cursor: Cursor,
+}
+
+impl Encoded {
+    fn clear(&mut self) {
+        self.body.clear();
+        self.len = 0;
+    }
 }
 
 impl Chunk {
-    /// A chunk read from the store under `key`.
-    pub fn loaded(key: i64, bytes: &[u8], mut samples: Vec<(i64, f64)>) -> Result<Self, Malformed> {
+    /// A chunk read from the store under `key`, at `place`.
+    pub fn loaded(
+        key: i64,
+        place: Place,
+        bytes: &[u8],
+        mut samples: Vec<(i64, f64)>,
+    ) -> Result<Self, Malformed> {
         samples.clear();
         samples.extend(decode(bytes)?);
         let ordered = samples.windows(2).all(|w| w[0].0 < w[1].0);
@@ -291,9 +394,10 @@ impl Chunk {
         Ok(Self {
             key,
             low: key,
-            stored: true,
+            stored: Some(place),
             dirty: false,
             samples,
+            encoded: Encoded::default(),
         })
     }
 
@@ -302,9 +406,10 @@ impl Chunk {
         Self {
             key: ts,
             low: ts,
-            stored: false,
+            stored: None,
             dirty: true,
             samples,
+            encoded: Encoded::default(),
         }
     }
 
@@ -335,6 +440,10 @@ impl Chunk {
                 Err(at) => at,
             },
         };
+        if at < self.samples.len() {
+            // Not at the end: the encoding kept no longer leads to the samples.
+            self.encoded.clear();
+        }
         self.samples.insert(at, (ts, value));
         self.low = self.low.min(ts);
         self.dirty = true;
@@ -345,6 +454,7 @@ impl Chunk {
     pub fn remove(&mut self, ts: i64) {
         if let Ok(at) = self.samples.binary_search_by_key(&ts, |s| s.0) {
             self.samples.remove(at);
+            self.encoded.clear();
             self.dirty = true;
         }
     }
@@ -354,23 +464,47 @@ impl Chunk {
         self.samples.len() >= MAX_SAMPLES && self.samples.last().is_some_and(|s| s.0 < ts)
     }
 
-    /// The last of [`Chunk::parts`] as the store holds it once written back; `None` when empty.
-    pub fn into_stored_last(mut self) -> Option<Chunk> {
+    /// The last of [`Chunk::parts`] as the store holds it once written back at `place`; `None`
+    /// when empty.
+    pub fn into_stored_last(mut self, place: Place) -> Option<Chunk> {
         let last = self.parts().last()?.len();
         let at = self.samples.len() - last;
-        let samples = if at == 0 {
-            self.samples
+        let (samples, encoded) = if at == 0 {
+            (self.samples, self.encoded)
         } else {
-            self.samples.split_off(at)
+            (self.samples.split_off(at), Encoded::default())
         };
         let key = samples.first()?.0;
         Some(Self {
             key,
             low: key,
-            stored: true,
+            stored: Some(place),
             dirty: false,
             samples,
+            encoded,
         })
+    }
+
+    /// Appends the encoding of the whole chunk to `out`, the same bytes as [`encode`] of its
+    /// samples: only the samples appended since the last call are encoded, when it only grew at
+    /// its end since; the encoding of those before is copied.
+    pub fn encode_into(&mut self, out: &mut Vec<u8>) {
+        let encoded = &mut self.encoded;
+        if encoded.len > self.samples.len() {
+            encoded.clear();
+        }
+        for &sample in &self.samples[encoded.len..] {
+            if encoded.len == 0 {
+                encoded.cursor = encode_first(sample, &mut encoded.body);
+            } else {
+                encode_next(&mut encoded.cursor, sample, &mut encoded.body);
+            }
+            encoded.len += 1;
+        }
+        out.reserve(11 + encoded.body.len());
+        out.push(FORMAT_COMPACT);
+        put_varint(self.samples.len() as u64, out);
+        out.extend_from_slice(&encoded.body);
     }
 
     /// The runs to store for this chunk: even parts of at most [`MAX_SAMPLES`] (none when it is
@@ -472,20 +606,49 @@ mod tests {
             other[0] = 3;
             assert_eq!(decode(&other).err(), Some(Malformed));
             assert_eq!(
-                Chunk::loaded(2, &bytes, Vec::new()).err(),
+                Chunk::loaded(2, Place::Open, &bytes, Vec::new()).err(),
                 Some(Malformed),
                 "key"
             );
             let mut backwards = Vec::new();
             encode(&[(2, 1.0), (1, 2.0)], &mut backwards);
             assert_eq!(
-                Chunk::loaded(2, &backwards, Vec::new()).err(),
+                Chunk::loaded(2, Place::Open, &backwards, Vec::new()).err(),
                 Some(Malformed)
             );
         }
         let mut empty = Vec::new();
         encode(&[], &mut empty);
         assert_eq!(decode(&empty).err(), Some(Malformed), "no samples");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_chunk_encoded_as_it_grows_is_encoded_as_its_samples_are(
+            ops in proptest::collection::vec((0u8..4, 0i64..200, 0u64..4), 1..120)
+        ) {
+            // Appends mostly, some samples before the end and removals, the chunk written back
+            // (encoded) between them: each time the bytes of its samples encoded at once.
+            let mut chunk = Chunk::created(100, Vec::new());
+            let mut end = 100;
+            for (op, ts, value) in ops {
+                let value = [0.0, 1.5, 250.0 * ts as f64, f64::NAN][value as usize];
+                match op {
+                    0 | 1 => {
+                        end += 1 + ts % 3;
+                        chunk.put(end, value);
+                    }
+                    2 => {
+                        chunk.put(ts, value);
+                    }
+                    _ => chunk.remove(ts),
+                }
+                let (mut cached, mut whole) = (Vec::new(), Vec::new());
+                chunk.encode_into(&mut cached);
+                encode(&chunk.samples, &mut whole);
+                proptest::prop_assert_eq!(cached, whole);
+            }
+        }
     }
 
     #[test]
