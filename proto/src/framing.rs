@@ -16,6 +16,9 @@
 //! - A batch that decodes is structurally sound: known schema version, a tier, valid ids, at least one
 //!   event, strictly increasing sequence numbers equal to `first_seq..=last_seq`'s ends.
 //! - Every failure is a [`DecodeError`]; no input makes decoding panic.
+//! - [`BatchDecoder::decode_into`] gives what [`BatchDecoder::decode`] gives, decoding over the
+//!   batch before (`recycle`); a decoder keeps between calls at most one payload's decompressed
+//!   bytes and about one batch's strings and lists.
 
 use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint};
@@ -24,6 +27,8 @@ use crate::SCHEMA_VERSION;
 use crate::tier;
 use crate::topic::{IdError, validate_id};
 use crate::v1::{Batch, Tier};
+
+mod recycle;
 
 /// Largest payload (compressed batch) an agent publishes and a gateway accepts. Stays well under
 /// the broker's `max_packet_size` (1 MiB recommended) with room for topic and properties.
@@ -352,16 +357,25 @@ pub fn encode_batch(batch: &Batch) -> Result<Vec<u8>, EncodeError> {
     Ok(out)
 }
 
-/// Decodes batches, reusing its decompression context between calls.
+/// Decodes batches, reusing its decompression context, its decompression buffer and the parts of
+/// the batches it decoded before ([`BatchDecoder::decode_into`]) between calls.
 pub struct BatchDecoder {
     decompressor: zstd::bulk::Decompressor<'static>,
+    /// The protobuf bytes of the payload being decoded (at most [`MAX_DECOMPRESSED_BYTES`]).
+    decompressed: Vec<u8>,
+    /// Emptied messages of batches decoded before, decoded into again.
+    spare: recycle::Spare,
 }
 
 impl BatchDecoder {
     /// A decoder with the format's limits.
     pub fn new() -> Result<Self, DecodeError> {
         let decompressor = zstd::bulk::Decompressor::new().map_err(DecodeError::Decompression)?;
-        Ok(Self { decompressor })
+        Ok(Self {
+            decompressor,
+            decompressed: Vec::new(),
+            spare: recycle::Spare::default(),
+        })
     }
 
     /// Decompresses a payload into `out` (cleared first) without decoding the protobuf.
@@ -398,9 +412,22 @@ impl BatchDecoder {
 
     /// Decodes and checks one payload.
     pub fn decode(&mut self, payload: &[u8]) -> Result<Batch, DecodeError> {
-        let mut decompressed = Vec::new();
-        self.decompress(payload, &mut decompressed)?;
-        decode_batch_protobuf(&decompressed)
+        let mut batch = Batch::default();
+        self.decode_into(payload, &mut batch)?;
+        Ok(batch)
+    }
+
+    /// Decodes and checks one payload into `batch`, writing over the strings and lists of what it
+    /// held (the batch this decoder decoded before, on a steady stream) rather than allocating
+    /// them again. The result is what [`BatchDecoder::decode`] returns; after an error `batch`
+    /// holds nothing of use.
+    pub fn decode_into(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let mut decompressed = std::mem::take(&mut self.decompressed);
+        let result = self
+            .decompress(payload, &mut decompressed)
+            .and_then(|()| decode_protobuf_into(&decompressed, batch, &mut self.spare));
+        self.decompressed = decompressed;
+        result
     }
 }
 
@@ -411,20 +438,31 @@ pub fn decode_batch(payload: &[u8]) -> Result<Batch, DecodeError> {
 
 /// Decodes and checks the protobuf encoding of a batch (already decompressed).
 pub fn decode_batch_protobuf(bytes: &[u8]) -> Result<Batch, DecodeError> {
+    let mut batch = Batch::default();
+    decode_protobuf_into(bytes, &mut batch, &mut recycle::Spare::default())?;
+    Ok(batch)
+}
+
+/// [`decode_batch_protobuf`] into `batch`, with the parts of `spare` (see [`recycle`]).
+fn decode_protobuf_into(
+    bytes: &[u8],
+    batch: &mut Batch,
+    spare: &mut recycle::Spare,
+) -> Result<(), DecodeError> {
     if bytes.len() > MAX_DECOMPRESSED_BYTES {
         return Err(DecodeError::DecompressedTooLarge {
             declared: bytes.len() as u64,
         });
     }
     bound_fields(bytes)?;
-    let batch = Batch::decode(bytes)?;
+    recycle::merge_batch(batch, spare, bytes)?;
     if batch.schema_version != SCHEMA_VERSION {
         return Err(DecodeError::UnsupportedSchema {
             found: batch.schema_version,
         });
     }
-    check_structure(&batch)?;
-    Ok(batch)
+    check_structure(batch)?;
+    Ok(())
 }
 
 /// Counts events and fields without building anything, refusing batches over the limits.
@@ -433,14 +471,9 @@ pub fn decode_batch_protobuf(bytes: &[u8]) -> Result<Batch, DecodeError> {
 /// event kind), where every repeated message of the schema sits. A length-delimited field that is not
 /// a message (a string) ends its own scan early; the protobuf decoder judges its validity later.
 fn bound_fields(bytes: &[u8]) -> Result<(), DecodeError> {
-    let mut events = 0usize;
-    let mut fields = 0usize;
-    scan_message(bytes, 0, &mut fields, &mut |number| {
-        if number == BATCH_EVENTS_FIELD {
-            events += 1;
-        }
-    })?;
-    if events > MAX_EVENTS_PER_BATCH {
+    let mut count = FieldCount::default();
+    scan_message(bytes, 0, &mut count)?;
+    if count.events > MAX_EVENTS_PER_BATCH {
         return Err(DecodeError::TooManyEvents);
     }
     Ok(())
@@ -449,33 +482,61 @@ fn bound_fields(bytes: &[u8]) -> Result<(), DecodeError> {
 /// Deepest nesting level scanned by [`bound_fields`] (0 = the batch itself).
 const SCAN_DEPTH: usize = 2;
 
-fn scan_message(
-    mut buf: &[u8],
-    depth: usize,
-    fields: &mut usize,
-    on_top_level_field: &mut dyn FnMut(u32),
-) -> Result<(), DecodeError> {
-    while !buf.is_empty() {
-        let Ok((number, wire_type)) = decode_key(&mut buf) else {
-            return Ok(());
+/// What [`scan_message`] counted so far.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FieldCount {
+    /// Fields at the scanned levels.
+    fields: usize,
+    /// `Batch.events` fields (at level 0).
+    events: usize,
+}
+
+/// Counts the fields of `buf` at `depth` and below (to [`SCAN_DEPTH`]), refusing past
+/// [`MAX_FIELDS_PER_BATCH`]; stops at the first field it cannot read. It runs over every byte of
+/// every batch: no callback, and a one-byte key (every field of this schema) read in place.
+fn scan_message(mut buf: &[u8], depth: usize, count: &mut FieldCount) -> Result<(), DecodeError> {
+    while let Some(&first) = buf.first() {
+        let (number, wire_type) = if first < 0x80 {
+            // `decode_key` of a one-byte key: field 0 and wire types 6 and 7 are invalid.
+            buf = &buf[1..];
+            let Ok(wire_type) = WireType::try_from(u64::from(first & 0x07)) else {
+                return Ok(());
+            };
+            let number = u32::from(first >> 3);
+            if number == 0 {
+                return Ok(());
+            }
+            (number, wire_type)
+        } else {
+            let Ok(key) = decode_key(&mut buf) else {
+                return Ok(());
+            };
+            key
         };
-        *fields += 1;
-        if *fields > MAX_FIELDS_PER_BATCH {
+        count.fields += 1;
+        if count.fields > MAX_FIELDS_PER_BATCH {
             return Err(DecodeError::TooManyFields);
         }
-        if depth == 0 {
-            on_top_level_field(number);
+        if depth == 0 && number == BATCH_EVENTS_FIELD {
+            count.events += 1;
         }
         let skip = match wire_type {
-            WireType::Varint => match decode_varint(&mut buf) {
-                Ok(_) => 0,
-                Err(_) => return Ok(()),
+            WireType::Varint => match varint_len(buf) {
+                Some(len) => len,
+                None => return Ok(()),
             },
             WireType::SixtyFourBit => 8,
             WireType::ThirtyTwoBit => 4,
             WireType::LengthDelimited => {
-                let Ok(len) = decode_varint(&mut buf) else {
-                    return Ok(());
+                let len = match buf.first() {
+                    Some(&len) if len < 0x80 => {
+                        buf = &buf[1..];
+                        u64::from(len)
+                    }
+                    _ => match decode_varint(&mut buf) {
+                        Ok(len) => len,
+                        Err(_) => return Ok(()),
+                    },
                 };
                 let Ok(len) = usize::try_from(len) else {
                     return Ok(());
@@ -484,7 +545,7 @@ fn scan_message(
                     return Ok(());
                 }
                 if depth < SCAN_DEPTH {
-                    scan_message(&buf[..len], depth + 1, fields, &mut |_| {})?;
+                    scan_message(&buf[..len], depth + 1, count)?;
                 }
                 len
             }
@@ -497,6 +558,17 @@ fn scan_message(
         buf = &buf[skip..];
     }
     Ok(())
+}
+
+/// The length of the varint at the start of `buf`, where `decode_varint` would read one (at most
+/// ten bytes, the tenth below 2); `None` where it would fail.
+fn varint_len(buf: &[u8]) -> Option<usize> {
+    for (at, &byte) in buf.iter().take(10).enumerate() {
+        if byte < 0x80 {
+            return (at < 9 || byte < 0x02).then_some(at + 1);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -529,6 +601,105 @@ mod tests {
                 name: "door-opened".into(),
                 attributes: vec![],
             })),
+        }
+    }
+
+    /// The scan as it was first written (`decode_key` for every key, a callback per field of
+    /// the batch), the reference for [`scan_message`].
+    fn reference_scan(
+        mut buf: &[u8],
+        depth: usize,
+        fields: &mut usize,
+        on_top_level_field: &mut dyn FnMut(u32),
+    ) -> Result<(), DecodeError> {
+        while !buf.is_empty() {
+            let Ok((number, wire_type)) = decode_key(&mut buf) else {
+                return Ok(());
+            };
+            *fields += 1;
+            if *fields > MAX_FIELDS_PER_BATCH {
+                return Err(DecodeError::TooManyFields);
+            }
+            if depth == 0 {
+                on_top_level_field(number);
+            }
+            let skip = match wire_type {
+                WireType::Varint => match decode_varint(&mut buf) {
+                    Ok(_) => 0,
+                    Err(_) => return Ok(()),
+                },
+                WireType::SixtyFourBit => 8,
+                WireType::ThirtyTwoBit => 4,
+                WireType::LengthDelimited => {
+                    let Ok(len) = decode_varint(&mut buf) else {
+                        return Ok(());
+                    };
+                    let Ok(len) = usize::try_from(len) else {
+                        return Ok(());
+                    };
+                    if len > buf.len() {
+                        return Ok(());
+                    }
+                    if depth < SCAN_DEPTH {
+                        reference_scan(&buf[..len], depth + 1, fields, &mut |_| {})?;
+                    }
+                    len
+                }
+                WireType::StartGroup | WireType::EndGroup => return Ok(()),
+            };
+            if skip > buf.len() {
+                return Ok(());
+            }
+            buf = &buf[skip..];
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// `varint_len` reads a varint where `decode_varint` does, and fails where it fails.
+        #[test]
+        fn a_varint_is_skipped_where_prost_reads_it(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![0x80u8..=0xff, 0u8..0x80, 0u8..3],
+                0..14,
+            ),
+        ) {
+            let mut rest = bytes.as_slice();
+            let read = decode_varint(&mut rest).ok().map(|_| bytes.len() - rest.len());
+            proptest::prop_assert_eq!(varint_len(&bytes), read);
+        }
+
+        /// Over valid batches with bytes changed and over arbitrary bytes, the scan counts what
+        /// the reference counts, and stops or refuses where it does.
+        #[test]
+        fn the_field_scan_counts_what_the_reference_scan_counts(
+            events in 1u64..30,
+            flips in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()),
+                0..6,
+            ),
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            let mut bytes = batch_with((1..=events).map(custom).collect()).encode_to_vec();
+            for (index, value) in flips {
+                let i = index.index(bytes.len());
+                bytes[i] ^= value;
+            }
+            for input in [bytes.as_slice(), noise.as_slice()] {
+                let mut count = FieldCount::default();
+                let scanned = scan_message(input, 0, &mut count).map_err(|e| e.to_string());
+                let mut reference = FieldCount::default();
+                let expected = reference_scan(input, 0, &mut reference.fields, &mut |number| {
+                    if number == BATCH_EVENTS_FIELD {
+                        reference.events += 1;
+                    }
+                })
+                .map_err(|e| e.to_string());
+                proptest::prop_assert_eq!(scanned, expected);
+                proptest::prop_assert_eq!(count, reference);
+            }
         }
     }
 

@@ -83,6 +83,19 @@ pub struct TopicIdentity<'a> {
     pub kind: TopicKind,
 }
 
+/// The bytes an id may hold: ASCII letters and digits, `.`, `_` and `-` (a table: the check runs
+/// for every label value of every event the gateway ingests).
+const ID_BYTES: [bool; 256] = {
+    let mut allowed = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        allowed[b] = c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-');
+        b += 1;
+    }
+    allowed
+};
+
 /// Checks a machine or site id.
 pub fn validate_id(id: &str) -> Result<(), IdError> {
     if id.is_empty() {
@@ -91,10 +104,13 @@ pub fn validate_id(id: &str) -> Result<(), IdError> {
     if id.len() > MAX_ID_LEN {
         return Err(IdError::TooLong { len: id.len() });
     }
-    if let Some(found) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
+    // Every allowed character is one ASCII byte: the first byte not allowed starts the first
+    // character not allowed.
+    if let Some(at) = id.bytes().position(|b| !ID_BYTES[usize::from(b)]) {
+        let found = id[at..]
+            .chars()
+            .next()
+            .unwrap_or(char::REPLACEMENT_CHARACTER);
         return Err(IdError::BadCharacter { found });
     }
     if id == "." || id == ".." {
@@ -218,6 +234,27 @@ mod tests {
             let id = parse_topic(&topic).unwrap();
             prop_assert_eq!(id.site, site.as_str());
             prop_assert_eq!(id.machine, machine.as_str());
+        }
+
+        #[test]
+        fn an_id_is_refused_for_its_first_character_outside_the_allowed_set(
+            id in "[A-Za-z0-9._/é+#-]{0,70}|\\PC{0,20}",
+        ) {
+            let first_bad = id
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')));
+            let expected = if id.is_empty() {
+                Err(IdError::Empty)
+            } else if id.len() > MAX_ID_LEN {
+                Err(IdError::TooLong { len: id.len() })
+            } else if let Some(found) = first_bad {
+                Err(IdError::BadCharacter { found })
+            } else if id == "." || id == ".." {
+                Err(IdError::DotName)
+            } else {
+                Ok(())
+            };
+            prop_assert_eq!(validate_id(&id), expected);
         }
 
         #[test]

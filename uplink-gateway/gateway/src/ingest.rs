@@ -183,6 +183,8 @@ pub struct Ingestor {
     /// Shared with readers in the same process (the fleet page), which only read.
     store: std::sync::Arc<Store>,
     decoder: BatchDecoder,
+    /// The batch being ingested, decoded over the one before (its strings and lists reused).
+    batch: Batch,
     /// Series keys built for the batch being ingested, for the events after.
     keys: KeyMemo,
     config: IngestConfig,
@@ -195,6 +197,7 @@ impl Ingestor {
         Ok(Self {
             store: std::sync::Arc::new(store),
             decoder,
+            batch: Batch::default(),
             keys: KeyMemo::default(),
             config,
         })
@@ -223,6 +226,7 @@ impl Ingestor {
         arrival_ns: i64,
     ) -> Result<IngestReport, StoreError> {
         let decoder = &mut self.decoder;
+        let batch = &mut self.batch;
         let keys = &mut self.keys;
         let config = &self.config;
         self.store.write(|writer| {
@@ -230,11 +234,11 @@ impl Ingestor {
             let mut remote: Vec<(String, Vec<Sample>)> = Vec::new();
             let mut statuses: Vec<MachineStatus> = Vec::new();
             for message in messages {
-                let outcome = match validate(message.topic, message.payload, decoder) {
-                    Ok(Valid::Batch(batch)) => ingest_batch(
+                let outcome = match validate(message.topic, message.payload, decoder, batch) {
+                    Ok(Valid::Batch) => ingest_batch(
                         writer,
                         config,
-                        &batch,
+                        batch,
                         message.topic,
                         arrival_ns,
                         &mut report.stats,

@@ -390,7 +390,7 @@ pub fn ns_to_ms(ns: i64) -> i64 {
 /// The samples of one event being built: keys with `unknown` in place of a value that is not a
 /// valid label, whether such a value was one of the event's own labels, and the entries refused
 /// alone.
-struct Builder<'a> {
+struct Builder<'a, 'e> {
     base: &'a BaseLabels<'a>,
     memo: &'a mut KeyMemo,
     values: Vec<Sample>,
@@ -398,6 +398,60 @@ struct Builder<'a> {
     ts_ms: i64,
     bad_label: bool,
     refused_entries: Vec<String>,
+    /// The labels of the value before and their [`MemoEntry::labels_id`]. Their values are
+    /// borrowed from the event for as long as the builder lives: labels at the same addresses
+    /// are the same labels.
+    last_labels: LastLabels<'e>,
+}
+
+/// Most labels of a value [`Builder::last_labels`] keeps (as many as an event's value has; a
+/// value with more is looked up by comparing its labels).
+const LAST_LABELS_MAX: usize = 4;
+
+/// [`Builder::last_labels`], updated in place (once per event and entry, not copied).
+#[derive(Default)]
+struct LastLabels<'e> {
+    labels: [(&'static str, Option<&'e str>); LAST_LABELS_MAX],
+    len: usize,
+    /// `None`: no labels kept.
+    id: Option<u64>,
+}
+
+impl<'e> LastLabels<'e> {
+    /// The labels id of `labels` when they are these, at the same addresses (not reading their
+    /// bytes).
+    fn id_of(&self, labels: &[(&'static str, Option<&str>)]) -> Option<u64> {
+        self.id.filter(|_| self.are(labels))
+    }
+
+    /// Keeps `labels` with their id (or nothing, past [`LAST_LABELS_MAX`]).
+    fn set(&mut self, labels: &[(&'static str, Option<&'e str>)], id: u64) {
+        match self.labels.get_mut(..labels.len()) {
+            Some(kept) => {
+                kept.copy_from_slice(labels);
+                self.len = labels.len();
+                self.id = Some(id);
+            }
+            None => self.id = None,
+        }
+    }
+
+    fn are(&self, labels: &[(&'static str, Option<&str>)]) -> bool {
+        let at_same_address =
+            |a: &str, b: &str| a.len() == b.len() && std::ptr::eq(a.as_ptr(), b.as_ptr());
+        self.len == labels.len()
+            && self.labels[..self.len]
+                .iter()
+                .zip(labels)
+                .all(|((n, v), (name, value))| {
+                    at_same_address(n, name)
+                        && match (v, value) {
+                            (None, None) => true,
+                            (Some(v), Some(value)) => at_same_address(v, value),
+                            _ => false,
+                        }
+                })
+    }
 }
 
 /// The series key of `metric` with `labels`, `unknown` for each value that is not a valid label
@@ -459,6 +513,8 @@ pub struct KeyMemo {
     spare: Vec<Sample>,
     /// Emptied lists of samples given back.
     spare_lists: Vec<Vec<Sample>>,
+    /// The last [`MemoEntry::labels_id`] given to new labels.
+    last_labels_id: u64,
 }
 
 /// Most samples and lists a [`KeyMemo`] keeps for reuse.
@@ -475,6 +531,10 @@ struct MemoEntry {
     /// The id the caller attached to `key` in the memo's epoch `.0` (until
     /// [`KeyMemo::forget_ids`]).
     id: Option<(u64, u64)>,
+    /// Names `labels`: two entries of one machine have the same id exactly when their labels
+    /// are equal (an entry takes the id of an entry with equal labels, else a new one), so the
+    /// values of an event that share its labels find their entries without comparing them.
+    labels_id: u64,
 }
 
 /// Whether two strings are equal, without reading them when they are the same string (a name
@@ -485,8 +545,11 @@ fn same(a: &str, b: &str) -> bool {
 
 impl MemoEntry {
     fn matches(&self, metric: &str, labels: &[(&str, Option<&str>)]) -> bool {
-        same(self.metric, metric)
-            && self.labels.len() == labels.len()
+        same(self.metric, metric) && self.same_labels(labels)
+    }
+
+    fn same_labels(&self, labels: &[(&str, Option<&str>)]) -> bool {
+        self.labels.len() == labels.len()
             && self
                 .labels
                 .iter()
@@ -573,20 +636,42 @@ impl KeyMemo {
     /// The slot of the key of `metric` with `labels` for the machine of `base`, which
     /// [`KeyMemo::rebase`] was given for this event, and whether that slot's entry gave way to
     /// this key (the slot held another key before).
+    ///
+    /// `labels_id` is the [`MemoEntry::labels_id`] of `labels` when the caller knows it (the
+    /// labels of the event's value before, found in this machine's entries): entries are then
+    /// told apart by metric and that id, without comparing labels.
     fn slot(
         &mut self,
         base: &BaseLabels<'_>,
         metric: &'static str,
         labels: &[(&'static str, Option<&str>)],
+        labels_id: Option<u64>,
     ) -> (usize, bool) {
-        let found = match self.entries.get(self.next) {
-            Some(entry) if entry.matches(metric, labels) => Some(self.next),
-            _ => self.entries.iter().position(|e| e.matches(metric, labels)),
+        let found = match labels_id {
+            Some(id) => {
+                let matches = |e: &MemoEntry| same(e.metric, metric) && e.labels_id == id;
+                match self.entries.get(self.next) {
+                    Some(entry) if matches(entry) => Some(self.next),
+                    _ => self.entries.iter().position(matches),
+                }
+            }
+            None => match self.entries.get(self.next) {
+                Some(entry) if entry.matches(metric, labels) => Some(self.next),
+                _ => self.entries.iter().position(|e| e.matches(metric, labels)),
+            },
         };
         if let Some(at) = found {
             self.next = at + 1;
             return (at, false);
         }
+        // A new key (rare): its labels take the id of an entry with equal labels, if any.
+        let labels_id = match self.entries.iter().find(|e| e.same_labels(labels)) {
+            Some(entry) => entry.labels_id,
+            None => {
+                self.last_labels_id += 1;
+                self.last_labels_id
+            }
+        };
         let entry = MemoEntry {
             metric,
             labels: labels
@@ -595,6 +680,7 @@ impl KeyMemo {
                 .collect(),
             key: key_or_unknown(base, metric, labels),
             id: None,
+            labels_id,
         };
         // Full: the last entry gives way (a machine writing more series than that is rare).
         let evicted = self.entries.len() == KEY_MEMO_MAX;
@@ -607,10 +693,15 @@ impl KeyMemo {
     }
 }
 
-impl Builder<'_> {
+impl<'e> Builder<'_, 'e> {
     /// Adds `metric` with the event's `labels` (`None`: a value that is not a valid label, which
     /// refuses the event) at the event time.
-    fn push(&mut self, metric: &'static str, labels: &[(&'static str, Option<&str>)], value: f64) {
+    fn push(
+        &mut self,
+        metric: &'static str,
+        labels: &[(&'static str, Option<&'e str>)],
+        value: f64,
+    ) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
         let mut sample = self.memo.sample();
         let slot = self.slot(metric, labels);
@@ -623,10 +714,16 @@ impl Builder<'_> {
 
     /// The memo slot of `metric` with `labels`; the values before that named it forget it when
     /// its entry gave way to this key.
-    fn slot(&mut self, metric: &'static str, labels: &[(&'static str, Option<&str>)]) -> usize {
-        let (slot, evicted) = self.memo.slot(self.base, metric, labels);
+    fn slot(&mut self, metric: &'static str, labels: &[(&'static str, Option<&'e str>)]) -> usize {
+        let known = self.last_labels.id_of(labels);
+        let (slot, evicted) = self.memo.slot(self.base, metric, labels, known);
         if evicted {
             self.slots.evicted(slot);
+        }
+        if known.is_none()
+            && let Some(entry) = self.memo.entries.get(slot)
+        {
+            self.last_labels.set(labels, entry.labels_id);
         }
         slot
     }
@@ -637,8 +734,8 @@ impl Builder<'_> {
     fn push_entry(
         &mut self,
         metric: &'static str,
-        entry: (&'static str, Option<&str>),
-        labels: &[(&'static str, Option<&str>)],
+        entry: (&'static str, Option<&'e str>),
+        labels: &[(&'static str, Option<&'e str>)],
         value: f64,
     ) {
         // Once per entry: the labels are gathered on the stack.
@@ -724,6 +821,7 @@ pub fn normalize_event_with<'e>(
         ts_ms,
         bad_label: false,
         refused_entries: Vec::new(),
+        last_labels: LastLabels::default(),
     };
     // Deadline fields that become no series (an event that is not COMPLETION but carries both):
     // (part, total), still checked, since they contradict each other.

@@ -22,8 +22,8 @@ pub const MAX_STATUS_BYTES: usize = 4096;
 /// A message that passed validation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Valid {
-    /// A batch of events.
-    Batch(Batch),
+    /// A batch of events, decoded into the caller's batch (see [`validate`]).
+    Batch,
     /// A machine's online/offline status.
     Status(MachineStatus),
 }
@@ -91,11 +91,14 @@ impl Rejection {
     ];
 }
 
-/// Validates one message received on `topic_name`.
+/// Validates one message received on `topic_name`. A batch is decoded into `batch`, over the
+/// batch decoded there before ([`BatchDecoder::decode_into`]: its strings and lists are reused);
+/// after anything but [`Valid::Batch`], `batch` holds nothing of use.
 pub fn validate(
     topic_name: &str,
     payload: &[u8],
     decoder: &mut BatchDecoder,
+    batch: &mut Batch,
 ) -> Result<Valid, Rejection> {
     let claimed = parse_topic(topic_name)?;
     let mismatch = |site: &str, machine: &str| Rejection::IdentityMismatch {
@@ -106,7 +109,7 @@ pub fn validate(
     };
     match claimed.kind {
         TopicKind::Batch(tier) => {
-            let batch = decoder.decode(payload)?;
+            decoder.decode_into(payload, batch)?;
             if batch.site_id != claimed.site || batch.machine_id != claimed.machine {
                 return Err(mismatch(&batch.site_id, &batch.machine_id));
             }
@@ -115,7 +118,7 @@ pub fn validate(
                     batch_tier: batch.tier,
                 });
             }
-            Ok(Valid::Batch(batch))
+            Ok(Valid::Batch)
         }
         TopicKind::Status => {
             if payload.len() > MAX_STATUS_BYTES {
@@ -171,11 +174,22 @@ mod tests {
     fn a_batch_published_under_another_machines_topic_is_refused() {
         let mut decoder = BatchDecoder::new().unwrap();
         let payload = encode_batch(&batch("truck-18", Tier::Slo)).unwrap();
-        let error =
-            validate("edgewatch/v1/pit-3/truck-17/slo", &payload, &mut decoder).unwrap_err();
+        let error = validate(
+            "edgewatch/v1/pit-3/truck-17/slo",
+            &payload,
+            &mut decoder,
+            &mut Batch::default(),
+        )
+        .unwrap_err();
         assert_eq!(error.reason(), "identity_mismatch");
         assert!(
-            validate("edgewatch/v1/pit-3/truck-18/slo", &payload, &mut decoder).is_ok(),
+            validate(
+                "edgewatch/v1/pit-3/truck-18/slo",
+                &payload,
+                &mut decoder,
+                &mut Batch::default()
+            )
+            .is_ok(),
             "the matching topic is accepted"
         );
     }
@@ -184,8 +198,13 @@ mod tests {
     fn a_batch_on_the_wrong_tier_topic_is_refused() {
         let mut decoder = BatchDecoder::new().unwrap();
         let payload = encode_batch(&batch("truck-17", Tier::Debug)).unwrap();
-        let error =
-            validate("edgewatch/v1/pit-3/truck-17/safety", &payload, &mut decoder).unwrap_err();
+        let error = validate(
+            "edgewatch/v1/pit-3/truck-17/safety",
+            &payload,
+            &mut decoder,
+            &mut Batch::default(),
+        )
+        .unwrap_err();
         assert_eq!(error.reason(), "tier_mismatch");
     }
 
@@ -193,13 +212,18 @@ mod tests {
     fn garbage_and_bad_topics_get_distinct_reasons() {
         let mut decoder = BatchDecoder::new().unwrap();
         assert_eq!(
-            validate("edgewatch/v1/pit-3/truck-17/slo", b"hello", &mut decoder)
-                .unwrap_err()
-                .reason(),
+            validate(
+                "edgewatch/v1/pit-3/truck-17/slo",
+                b"hello",
+                &mut decoder,
+                &mut Batch::default()
+            )
+            .unwrap_err()
+            .reason(),
             "undecodable"
         );
         assert_eq!(
-            validate("other/topic", b"hello", &mut decoder)
+            validate("other/topic", b"hello", &mut decoder, &mut Batch::default())
                 .unwrap_err()
                 .reason(),
             "bad_topic"
@@ -208,7 +232,8 @@ mod tests {
             validate(
                 "edgewatch/v1/pit-3/truck-17/status",
                 &[0xff; 10],
-                &mut decoder
+                &mut decoder,
+                &mut Batch::default()
             )
             .unwrap_err()
             .reason(),
@@ -229,13 +254,24 @@ mod tests {
         };
         let payload = status.encode_to_vec();
         assert_eq!(
-            validate("edgewatch/v1/pit-3/truck-17/status", &payload, &mut decoder).unwrap(),
+            validate(
+                "edgewatch/v1/pit-3/truck-17/status",
+                &payload,
+                &mut decoder,
+                &mut Batch::default()
+            )
+            .unwrap(),
             Valid::Status(status)
         );
         assert_eq!(
-            validate("edgewatch/v1/pit-4/truck-17/status", &payload, &mut decoder)
-                .unwrap_err()
-                .reason(),
+            validate(
+                "edgewatch/v1/pit-4/truck-17/status",
+                &payload,
+                &mut decoder,
+                &mut Batch::default()
+            )
+            .unwrap_err()
+            .reason(),
             "identity_mismatch"
         );
     }
