@@ -163,6 +163,24 @@ where
     })
 }
 
+/// Merges a counters message's `model` field: over the stale event's model, cleared first
+/// (once: `stale` is reset), else into a spare one or a new one.
+fn merge_model(
+    model: &mut Option<ModelVersion>,
+    stale: &mut bool,
+    spare: &mut Spare,
+    (wire_type, buf, ctx): (WireType, &mut impl Buf, DecodeContext),
+    context: (&'static str, &'static str),
+) -> Result<(), prost::DecodeError> {
+    if std::mem::take(stale)
+        && let Some(model) = model
+    {
+        model.clear();
+    }
+    let model = model.get_or_insert_with(|| spare.models.pop().unwrap_or_default());
+    merge_message(wire_type, model, buf, ctx, context)
+}
+
 /// A wrapper decodes into the message it wraps: its `merge_field` is below; it encodes,
 /// measures and clears that message (it is only ever decoded into).
 macro_rules! wrapped_message {
@@ -426,18 +444,13 @@ wrapped_message!(RecycledDeadline, |this, tag, wire_type, buf, ctx| {
                 ("DeadlineCounters", "control_loop"),
             )
         }
-        DEADLINE_MODEL => {
-            if std::mem::take(&mut this.model_stale)
-                && let Some(model) = &mut this.msg.model
-            {
-                model.clear();
-            }
-            let model = this
-                .msg
-                .model
-                .get_or_insert_with(|| spare.models.pop().unwrap_or_default());
-            merge_message(wire_type, model, buf, ctx, ("DeadlineCounters", "model"))
-        }
+        DEADLINE_MODEL => merge_model(
+            &mut this.msg.model,
+            &mut this.model_stale,
+            spare,
+            (wire_type, buf, ctx),
+            ("DeadlineCounters", "model"),
+        ),
         _ => this.msg.merge_field(tag, wire_type, buf, ctx),
     }
 });
@@ -507,18 +520,13 @@ wrapped_message!(RecycledEnergy, |this, tag, wire_type, buf, ctx| {
                 error
             })
         }
-        ENERGY_MODEL => {
-            if std::mem::take(&mut this.model_stale)
-                && let Some(model) = &mut this.msg.model
-            {
-                model.clear();
-            }
-            let model = this
-                .msg
-                .model
-                .get_or_insert_with(|| spare.models.pop().unwrap_or_default());
-            merge_message(wire_type, model, buf, ctx, ("EnergyCounters", "model"))
-        }
+        ENERGY_MODEL => merge_model(
+            &mut this.msg.model,
+            &mut this.model_stale,
+            spare,
+            (wire_type, buf, ctx),
+            ("EnergyCounters", "model"),
+        ),
         _ => this.msg.merge_field(tag, wire_type, buf, ctx),
     }
 });
