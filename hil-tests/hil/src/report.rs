@@ -114,14 +114,24 @@ pub fn markdown(r: &RunReport<'_>) -> String {
         let s = &inv.steady;
         let _ = writeln!(
             out,
-            "Steady state (definition in `docs/hil.md`): {:.1} s window after warm-up; {} allocations, {} frees, {} minor faults, {} threads; the two 1 kHz loops wrote {} cycles meanwhile; {} allocations before the window (start-up and warm-up).\n",
+            "Steady state (definition in `docs/hil.md`): {:.1} s window after warm-up; {} allocations, {} frees, {} minor faults, {} threads; the two 1 kHz loops wrote {} cycles meanwhile; {} allocations before the first window (start-up and warm-up); events taken by the queue in the window: {}; {} earlier windows set aside because the queue took events in them{}.\n",
             s.window_s,
             s.allocations.allocations,
             s.allocations.frees,
             s.minor_faults,
             s.threads,
             s.cycles_in_window,
-            s.warm_up_allocations
+            s.warm_up_allocations,
+            s.events_in_window.map_or_else(
+                || "unknown (no queue snapshot)".to_owned(),
+                |n| n.to_string()
+            ),
+            s.discarded.len(),
+            if s.discarded.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s.discarded.join("; "))
+            }
         );
         match (&inv.drain, &inv.drain_note) {
             (Some(d), _) => {

@@ -44,6 +44,9 @@ pub struct InvariantsConfig {
     pub warm_up: Duration,
     /// The steady-state window.
     pub window: Duration,
+    /// Windows tried at most: a window in which the agent's queue took an event is not steady
+    /// state (see [`SteadyState::discarded`]) and another is measured.
+    pub max_windows: usize,
     /// Records made under seccomp.
     pub seccomp_records: u64,
     /// Events in the drain measurement's backlog (0 skips it).
@@ -57,6 +60,7 @@ impl Default for InvariantsConfig {
         Self {
             warm_up: Duration::from_secs(6),
             window: Duration::from_secs(10),
+            max_windows: 3,
             seccomp_records: 1_000_000,
             drain_events: 2_000,
             capture: default_capture(),
@@ -85,6 +89,41 @@ pub struct SteadyState {
     pub threads: u64,
     /// Probe records the two loops wrote during the window (work the agent had to do).
     pub cycles_in_window: u64,
+    /// Windows measured before this one and set aside because the agent's queue took events in
+    /// them (a deadline miss or a ring overrun when the SCHED_IDLE agent was starved of CPU by
+    /// other processes): each with the events taken and its allocations.
+    pub discarded: Vec<String>,
+    /// Events the agent's queue took in this window, by its status snapshot (0 in steady state;
+    /// `None` if there was no snapshot to read).
+    pub events_in_window: Option<u64>,
+    /// What the agent logged during this window (its last 2,000 bytes; empty in steady state).
+    pub log_in_window: String,
+}
+
+/// How long after a window the queue's status snapshot (rewritten every second) is read, so that
+/// it covers the window's end.
+const SNAPSHOT_LAG: Duration = Duration::from_millis(1500);
+
+/// The last `max` bytes of `text` (from a character boundary).
+fn last_bytes(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_owned()
+}
+
+/// Events the agent's queue has taken since it started, all tiers (durable or pending), from its
+/// status snapshot; `None` while there is none to read.
+fn events_taken(queue_status: &std::path::Path) -> Option<u64> {
+    let status = edgewatch_queue::read_snapshot(queue_status).ok()?;
+    Some(
+        status
+            .tiers
+            .iter()
+            .map(|(_, tier)| tier.durable_seq + tier.pending)
+            .sum(),
+    )
 }
 
 /// What the drain path cost (reported, not gated).
@@ -243,19 +282,50 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             .map(|s| s.cycles.cycles)
             .sum()
     };
-    let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
-    let started = Instant::now();
-    std::thread::sleep(config.window);
-    let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
-    let window_s = started.elapsed().as_secs_f64();
+    // Steady state is a window in which the agent's queue takes no event. The snapshot read
+    // before a window may be up to a second old: an event just before the window counts as in
+    // it, which only sets a window aside, never lets one with an event pass as steady.
+    let queue_status = agent_dir.join(edgewatch_agent::config::QUEUE_STATUS_FILE_NAME);
+    let warm_up_allocations = counter.read()?.allocations;
+    let mut discarded = Vec::new();
+    let (steady, c1, window_s) = loop {
+        let taken_before = events_taken(&queue_status);
+        let log_before = agent.log().len();
+        let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let started = Instant::now();
+        std::thread::sleep(config.window);
+        let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let window_s = started.elapsed().as_secs_f64();
+        let log_in_window = last_bytes(agent.log().get(log_before..).unwrap_or_default(), 2000);
+        std::thread::sleep(SNAPSHOT_LAG);
+        // Without a snapshot to compare the window is judged as it is, and the report says so.
+        let events_in_window = taken_before
+            .zip(events_taken(&queue_status))
+            .map(|(before, after)| after.saturating_sub(before));
+        let steady = SteadyState {
+            window_s,
+            warm_up_allocations,
+            allocations: c1.since(&c0),
+            minor_faults: s1.minflt - s0.minflt,
+            major_faults: s1.majflt - s0.majflt,
+            threads: s1.threads,
+            cycles_in_window: k1 - k0,
+            discarded: Vec::new(),
+            events_in_window,
+            log_in_window,
+        };
+        let events = events_in_window.unwrap_or(0);
+        if events == 0 || discarded.len() + 1 >= config.max_windows.max(1) {
+            break (steady, c1, window_s);
+        }
+        discarded.push(format!(
+            "{events} events taken, {} allocations",
+            steady.allocations.allocations
+        ));
+    };
     let steady = SteadyState {
-        window_s,
-        warm_up_allocations: c0.allocations,
-        allocations: c1.since(&c0),
-        minor_faults: s1.minflt - s0.minflt,
-        major_faults: s1.majflt - s0.majflt,
-        threads: s1.threads,
-        cycles_in_window: k1 - k0,
+        discarded,
+        ..steady
     };
 
     let maps = procfs::maps(pid)?;
@@ -323,12 +393,25 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         "No heap allocation in steady state",
         c1.loaded && steady.allocations.allocations == 0,
         format!(
-            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles",
+            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside for events before it: {}; the agent logged in the window: {}",
             steady.allocations.allocations,
             steady.allocations.bytes,
             steady.allocations.frees,
             window_s,
-            steady.cycles_in_window
+            steady.cycles_in_window,
+            steady
+                .events_in_window
+                .map_or_else(|| "unknown (no queue snapshot)".to_owned(), |n| n.to_string()),
+            if steady.discarded.is_empty() {
+                "none".to_owned()
+            } else {
+                steady.discarded.join("; ")
+            },
+            if steady.log_in_window.is_empty() {
+                "nothing".to_owned()
+            } else {
+                format!("{:?}", steady.log_in_window)
+            }
         ),
     ));
     checks.push(Check::new(
