@@ -115,6 +115,14 @@ impl Spare {
         keep(&mut self.models, model);
     }
 
+    /// A counters message ended with its model still the stale event's (`stale`): the model is
+    /// taken away, kept as a spare.
+    fn recycle_stale_model(&mut self, stale: bool, model: &mut Option<ModelVersion>) {
+        if stale && let Some(model) = model.take() {
+            self.recycle_model(model);
+        }
+    }
+
     fn recycle_rail(&mut self, mut rail: RailEnergy) {
         rail.clear();
         keep(&mut self.rails, rail);
@@ -415,11 +423,8 @@ impl<'a> RecycledDeadline<'a> {
         {
             self.spare.recycle_loop(control_loop);
         }
-        if self.model_stale
-            && let Some(model) = self.msg.model.take()
-        {
-            self.spare.recycle_model(model);
-        }
+        self.spare
+            .recycle_stale_model(self.model_stale, &mut self.msg.model);
     }
 }
 
@@ -491,11 +496,8 @@ impl<'a> RecycledEnergy<'a> {
         for rail in self.msg.rails.drain(self.rails_used..) {
             self.spare.recycle_rail(rail);
         }
-        if self.model_stale
-            && let Some(model) = self.msg.model.take()
-        {
-            self.spare.recycle_model(model);
-        }
+        self.spare
+            .recycle_stale_model(self.model_stale, &mut self.msg.model);
     }
 }
 
