@@ -515,6 +515,9 @@ pub struct KeyMemo {
     spare_lists: Vec<Vec<Sample>>,
     /// The last [`MemoEntry::labels_id`] given to new labels.
     last_labels_id: u64,
+    /// Whether the caller said that every event until [`KeyMemo::forget_ids`] is of the base
+    /// labels at hand ([`KeyMemo::begin_batch`]): then an event does not compare them again.
+    pinned: bool,
 }
 
 /// Most samples and lists a [`KeyMemo`] keeps for reuse.
@@ -558,7 +561,17 @@ impl MemoEntry {
     }
 }
 
+/// Whether `labels` (machine, site, class) are `base`.
+fn is_base([machine, site, class]: &[String; 3], base: &BaseLabels<'_>) -> bool {
+    (machine.as_str(), site.as_str(), class.as_str()) == (base.machine, base.site, base.class)
+}
+
 impl KeyMemo {
+    /// Whether the keys at hand are of the machine of `base`.
+    fn is_of(&self, base: &BaseLabels<'_>) -> bool {
+        is_base(&self.base, base)
+    }
+
     /// The id attached to the key at `slot` (see [`EventSamples::slots`]), if any.
     pub fn id(&self, slot: usize) -> Option<u64> {
         self.entries
@@ -580,6 +593,15 @@ impl KeyMemo {
     /// a transaction that did not commit took its new series with it).
     pub fn forget_ids(&mut self) {
         self.epoch += 1;
+        self.pinned = false;
+    }
+
+    /// Takes the keys of the machine of `base` for the events of one batch, all of that machine,
+    /// until [`KeyMemo::forget_ids`]: its events are normalized without comparing their base
+    /// labels again (once per batch, not per event).
+    pub fn begin_batch(&mut self, base: &BaseLabels<'_>) {
+        self.rebase(base);
+        self.pinned = true;
     }
 
     /// Gives back the samples of an event once they are admitted, for the next events.
@@ -606,14 +628,10 @@ impl KeyMemo {
     /// Takes the keys of the machine of `base` (kept apart, or none) unless they are those at
     /// hand: once per event, before its keys are asked for.
     fn rebase(&mut self, base: &BaseLabels<'_>) {
-        let is = |[machine, site, class]: &[String; 3]| {
-            (machine.as_str(), site.as_str(), class.as_str())
-                == (base.machine, base.site, base.class)
-        };
-        if is(&self.base) {
+        if self.is_of(base) {
             return;
         }
-        let found = self.others.iter().position(|(b, _)| is(b));
+        let found = self.others.iter().position(|(b, _)| is_base(b, base));
         let (found_base, found) = match found.and_then(|at| self.others.remove(at)) {
             Some(found) => found,
             None => (
@@ -728,6 +746,50 @@ impl<'e> Builder<'_, 'e> {
         slot
     }
 
+    /// The first SLO pair ([`SLO_PAIRS`]) whose part exceeds its total among the values, as
+    /// (total metric, part metric, part, total): pairs in order, totals in value order, each
+    /// with the first value of its part metric and the same labels.
+    ///
+    /// A value's metric and labels come from its memo entry (its metric by name, its labels by
+    /// [`MemoEntry::labels_id`], equal exactly when the labels are), not from its key: no key is
+    /// read. Values whose entry gave way while the event was built are compared by their keys.
+    fn part_above_total(&self) -> Option<(&'static str, &'static str, f64, f64)> {
+        let entry = |i: usize| {
+            self.slots
+                .get(i)
+                .and_then(|slot| self.memo.entries.get(slot))
+                .map(|e| (e.metric, e.labels_id))
+        };
+        let is = |i: usize, s: &Sample, metric: &str| match entry(i) {
+            Some((m, _)) => same(m, metric),
+            None => key_labels(&s.series, metric).is_some(),
+        };
+        let same_labels = |(i, a): (usize, &Sample), (j, b): (usize, &Sample), total, part| match (
+            entry(i),
+            entry(j),
+        ) {
+            (Some((_, x)), Some((_, y))) if x == y => true,
+            _ => key_labels(&a.series, total) == key_labels(&b.series, part),
+        };
+        for (total_metric, part_metric) in SLO_PAIRS {
+            for (i, total) in self.values.iter().enumerate() {
+                if !is(i, total, total_metric) {
+                    continue;
+                }
+                let part = self.values.iter().enumerate().find(|&(j, s)| {
+                    is(j, s, part_metric)
+                        && same_labels((i, total), (j, s), total_metric, part_metric)
+                });
+                if let Some((_, part)) = part
+                    && part.value > total.value
+                {
+                    return Some((total_metric, part_metric, part.value, total.value));
+                }
+            }
+        }
+        None
+    }
+
     /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
     /// label is not valid (an enum value this gateway does not know, a rail that is not an id)
     /// is refused alone, and the rest of the event stands.
@@ -799,7 +861,7 @@ pub fn normalize_event<'e>(
 }
 
 /// [`normalize_event`] with the keys built for the events before it (of any machine: `memo`
-/// starts again for another).
+/// starts again for another; after [`KeyMemo::begin_batch`], of that batch's machine only).
 pub fn normalize_event_with<'e>(
     memo: &mut KeyMemo,
     base: &BaseLabels<'_>,
@@ -811,7 +873,11 @@ pub fn normalize_event_with<'e>(
         return Normalized::NotCounter;
     };
     let ts_ms = ns_to_ms(event.event_time_unix_ns);
-    memo.rebase(base);
+    if memo.pinned {
+        debug_assert!(memo.is_of(base), "a batch's events are of its base labels");
+    } else {
+        memo.rebase(base);
+    }
     let values = memo.spare_lists.pop().unwrap_or_default();
     let mut b = Builder {
         base,
@@ -1038,27 +1104,9 @@ pub fn normalize_event_with<'e>(
         let detail = "the counters start after their own event".to_owned();
         return refuse(refusal::BAD_TIME, ts_ms, detail, &b.values);
     }
-    for (total_metric, part_metric) in SLO_PAIRS {
-        for total in b
-            .values
-            .iter()
-            .filter(|s| key_labels(&s.series, total_metric).is_some())
-        {
-            let labels = key_labels(&total.series, total_metric);
-            let part = b
-                .values
-                .iter()
-                .find(|s| key_labels(&s.series, part_metric) == labels);
-            if let Some(part) = part
-                && part.value > total.value
-            {
-                let detail = format!(
-                    "{part_metric} {} above {total_metric} {}",
-                    part.value, total.value
-                );
-                return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
-            }
-        }
+    if let Some((total_metric, part_metric, part, total)) = b.part_above_total() {
+        let detail = format!("{part_metric} {part} above {total_metric} {total}");
+        return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
     }
     if let Some((part, total)) = extra_pair
         && part > total
@@ -1610,6 +1658,51 @@ mod tests {
             let r = refused(&event, ARRIVAL, 0);
             assert_eq!(r.reason, refusal::BAD_OVER_TOTAL, "{semantics:?}");
             assert!(r.detail.contains("11 above"), "{}", r.detail);
+        }
+    }
+
+    #[test]
+    fn a_part_above_its_total_is_refused_alike_whether_the_memo_knew_its_keys_or_gave_them_up() {
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let events = [
+            with_counts(counters(ARRIVAL, "planner"), 100, 101),
+            with_counts(counters(ARRIVAL, "planner"), 100, 100),
+            with_semantics(
+                counters(ARRIVAL, "planner"),
+                v1::DeadlineSemantics::Completion,
+                Some(10),
+                Some(11),
+            ),
+            with_semantics(
+                counters(ARRIVAL, "planner"),
+                v1::DeadlineSemantics::Completion,
+                Some(11),
+                Some(11),
+            ),
+        ];
+        // A memo that has seen the events' keys, and one full of a machine's other keys, so
+        // that each new key of an event makes the one before it give way.
+        let mut warm = KeyMemo::default();
+        for event in &events {
+            normalize_event_with(&mut warm, &base, event, ARRIVAL, 0);
+        }
+        let rails: Vec<String> = (0..KEY_MEMO_MAX).map(|i| format!("rail-{i}")).collect();
+        let filler = rails_event(&rails);
+        for event in &events {
+            let fresh = normalize_event(&base, event, ARRIVAL, 0);
+            let mut full = KeyMemo::default();
+            normalize_event_with(&mut full, &base, &filler, ARRIVAL, 0);
+            assert_eq!(full.entries.len(), KEY_MEMO_MAX);
+            for memo in [&mut warm, &mut full] {
+                let again = normalize_event_with(memo, &base, event, ARRIVAL, 0);
+                assert_eq!(again, fresh);
+            }
+            match fresh {
+                Normalized::Refused(r) => assert_eq!(r.reason, refusal::BAD_OVER_TOTAL),
+                Normalized::Counted(_) => {}
+                Normalized::NotCounter => panic!("a counter event"),
+            }
         }
     }
 
