@@ -538,6 +538,35 @@ struct MemoEntry {
     /// are equal (an entry takes the id of an entry with equal labels, else a new one), so the
     /// values of an event that share its labels find their entries without comparing them.
     labels_id: u64,
+    /// The SLO pair ([`SLO_PAIRS`], by index) whose total and whose part `metric` is, if any:
+    /// found once per key, not per value.
+    pair: PairRole,
+}
+
+/// [`MemoEntry::pair`]: the index in [`SLO_PAIRS`] of the pair whose total, and of the pair whose
+/// part, the metric is ([`NO_PAIR`]: none).
+#[derive(Debug, Clone, Copy)]
+struct PairRole {
+    total_of: u8,
+    part_of: u8,
+}
+
+/// [`PairRole`] of a metric in no pair.
+const NO_PAIR: u8 = u8::MAX;
+
+impl PairRole {
+    const NONE: Self = Self {
+        total_of: NO_PAIR,
+        part_of: NO_PAIR,
+    };
+
+    fn of(metric: &str) -> Self {
+        let index = |found: Option<usize>| found.and_then(|at| u8::try_from(at).ok());
+        Self {
+            total_of: index(SLO_PAIRS.iter().position(|(t, _)| *t == metric)).unwrap_or(NO_PAIR),
+            part_of: index(SLO_PAIRS.iter().position(|(_, p)| *p == metric)).unwrap_or(NO_PAIR),
+        }
+    }
 }
 
 /// Whether two strings are equal, without reading them when they are the same string (a name
@@ -699,6 +728,7 @@ impl KeyMemo {
             key: key_or_unknown(base, metric, labels),
             id: None,
             labels_id,
+            pair: PairRole::of(metric),
         };
         // Full: the last entry gives way (a machine writing more series than that is rare).
         let evicted = self.entries.len() == KEY_MEMO_MAX;
@@ -709,6 +739,27 @@ impl KeyMemo {
         self.next = self.entries.len();
         (self.entries.len() - 1, evicted)
     }
+}
+
+/// [`Builder::part_above_total`] read from the values' keys.
+fn part_above_total_by_keys(values: &[Sample]) -> Option<(&'static str, &'static str, f64, f64)> {
+    for (total_metric, part_metric) in SLO_PAIRS {
+        for total in values
+            .iter()
+            .filter(|s| key_labels(&s.series, total_metric).is_some())
+        {
+            let labels = key_labels(&total.series, total_metric);
+            let part = values
+                .iter()
+                .find(|s| key_labels(&s.series, part_metric) == labels);
+            if let Some(part) = part
+                && part.value > total.value
+            {
+                return Some((total_metric, part_metric, part.value, total.value));
+            }
+        }
+    }
+    None
 }
 
 impl<'e> Builder<'_, 'e> {
@@ -754,33 +805,48 @@ impl<'e> Builder<'_, 'e> {
     /// [`MemoEntry::labels_id`], equal exactly when the labels are), not from its key: no key is
     /// read. Values whose entry gave way while the event was built are compared by their keys.
     fn part_above_total(&self) -> Option<(&'static str, &'static str, f64, f64)> {
-        let entry = |i: usize| {
-            self.slots
-                .get(i)
-                .and_then(|slot| self.memo.entries.get(slot))
-                .map(|e| (e.metric, e.labels_id))
-        };
-        let is = |i: usize, s: &Sample, metric: &str| match entry(i) {
-            Some((m, _)) => same(m, metric),
-            None => key_labels(&s.series, metric).is_some(),
-        };
-        let same_labels = |(i, a): (usize, &Sample), (j, b): (usize, &Sample), total, part| match (
-            entry(i),
-            entry(j),
-        ) {
-            (Some((_, x)), Some((_, y))) if x == y => true,
-            _ => key_labels(&a.series, total) == key_labels(&b.series, part),
-        };
-        for (total_metric, part_metric) in SLO_PAIRS {
+        // Each value's pair role and labels id, from its memo entry; by the keys when a value
+        // has none (its entry gave way while the event was built, or past `SLOTS_MAX` values).
+        let mut roles = [(PairRole::NONE, 0u64); SLOTS_MAX];
+        let known = self.values.len() <= SLOTS_MAX
+            && self.values.iter().enumerate().all(|(i, _)| {
+                match self
+                    .slots
+                    .get(i)
+                    .and_then(|slot| self.memo.entries.get(slot))
+                {
+                    Some(entry) => {
+                        roles[i] = (entry.pair, entry.labels_id);
+                        true
+                    }
+                    None => false,
+                }
+            });
+        if !known {
+            return part_above_total_by_keys(&self.values);
+        }
+        let roles = &roles[..self.values.len()];
+        if roles.iter().all(|(role, _)| role.total_of == NO_PAIR) {
+            return None;
+        }
+        for (p, (total_metric, part_metric)) in SLO_PAIRS.into_iter().enumerate() {
             for (i, total) in self.values.iter().enumerate() {
-                if !is(i, total, total_metric) {
+                if usize::from(roles[i].0.total_of) != p {
                     continue;
                 }
-                let part = self.values.iter().enumerate().find(|&(j, s)| {
-                    is(j, s, part_metric)
-                        && same_labels((i, total), (j, s), total_metric, part_metric)
-                });
-                if let Some((_, part)) = part
+                // Equal labels ids are equal labels; other ids may still name the same labels in
+                // another order, which the keys tell.
+                let part = roles
+                    .iter()
+                    .zip(&self.values)
+                    .find(|((role, labels), s)| {
+                        usize::from(role.part_of) == p
+                            && (*labels == roles[i].1
+                                || key_labels(&s.series, part_metric)
+                                    == key_labels(&total.series, total_metric))
+                    })
+                    .map(|(_, s)| s);
+                if let Some(part) = part
                     && part.value > total.value
                 {
                     return Some((total_metric, part_metric, part.value, total.value));
