@@ -568,6 +568,9 @@ fn queue_remote(
     }
 }
 
+/// A (model, model version) and the oldest and newest event time (ms) of its events stored.
+type ModelSpan<'b> = ((&'b str, &'b str), (i64, i64));
+
 /// What one batch's events share while they are admitted: the store, the machine and its state,
 /// and what the batch refused and stored so far.
 struct BatchContext<'b, 'w, 'txn> {
@@ -591,7 +594,7 @@ struct BatchContext<'b, 'w, 'txn> {
     /// Per (model, model version) of the events stored, their oldest and newest event time (ms),
     /// in the order first stored (a batch names one or a few: searched from the last one added,
     /// not kept sorted per event).
-    model_versions: Vec<((&'b str, &'b str), (i64, i64))>,
+    model_versions: Vec<ModelSpan<'b>>,
     /// Per value of the event being admitted: its series' live state before it, its series id
     /// (before and after the event), and the (series id, time) of the samples it newly wrote.
     /// Reused from event to event.
