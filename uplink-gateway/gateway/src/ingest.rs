@@ -54,7 +54,8 @@ use crate::series::{
     self, BaseLabels, EventSamples, KeyMemo, Normalized, Refusal, Sample, SeriesKey,
 };
 use crate::store::{
-    DeadLetter, DeadLetterSource, LiveSeries, MachineState, Store, StoreError, Upsert, Writer,
+    DeadLetter, DeadLetterSource, LiveMachine, LiveSeries, MachineState, Store, StoreError, Upsert,
+    Writer,
 };
 use crate::validate::{Rejection, Valid, validate};
 
@@ -567,6 +568,9 @@ fn queue_remote(
     }
 }
 
+/// A (model, model version) and the oldest and newest event time (ms) of its events stored.
+type ModelSpan<'b> = ((&'b str, &'b str), (i64, i64));
+
 /// What one batch's events share while they are admitted: the store, the machine and its state,
 /// and what the batch refused and stored so far.
 struct BatchContext<'b, 'w, 'txn> {
@@ -576,6 +580,8 @@ struct BatchContext<'b, 'w, 'txn> {
     topic: &'b str,
     arrival_ns: i64,
     state: MachineState,
+    /// The batch's machine in the writer's live-series entries (looked up once per batch).
+    live_machine: LiveMachine<'b>,
     stats: &'b mut IngestStats,
     /// (refused series key, reason, time ms), one per refused sample.
     refused: Vec<(String, &'static str, i64)>,
@@ -585,8 +591,10 @@ struct BatchContext<'b, 'w, 'txn> {
     remote: bool,
     /// Newest sane event time (ms) of the batch's new events.
     newest_event_ms: Option<i64>,
-    /// Per (model, model version) of the events stored, their oldest and newest event time (ms).
-    model_versions: BTreeMap<(&'b str, &'b str), (i64, i64)>,
+    /// Per (model, model version) of the events stored, their oldest and newest event time (ms),
+    /// in the order first stored (a batch names one or a few: searched from the last one added,
+    /// not kept sorted per event).
+    model_versions: Vec<ModelSpan<'b>>,
     /// Per value of the event being admitted: its series' live state before it, its series id
     /// (before and after the event), and the (series id, time) of the samples it newly wrote.
     /// Reused from event to event.
@@ -681,7 +689,7 @@ impl<'b> BatchContext<'b, '_, '_> {
         known.clear();
         ids.clear();
         written.clear();
-        let live_machine = self.writer.live_machine_of(machine);
+        let live_machine = self.live_machine;
         for (i, v) in values.iter().enumerate() {
             // The id the memo holds for the value's key, found once per batch and key.
             let slot = slots.get(i);
@@ -806,8 +814,15 @@ impl<'b> BatchContext<'b, '_, '_> {
             self.writer.set_live_in(live_machine, *id, next)?;
         }
         if let Some(model) = model {
-            let span = self.model_versions.entry(model).or_insert((ts_ms, ts_ms));
-            *span = (span.0.min(ts_ms), span.1.max(ts_ms));
+            match self
+                .model_versions
+                .iter_mut()
+                .rev()
+                .find(|(m, _)| *m == model)
+            {
+                Some((_, span)) => *span = (span.0.min(ts_ms), span.1.max(ts_ms)),
+                None => self.model_versions.push((model, (ts_ms, ts_ms))),
+            }
         }
         // A baseline goes where nothing else of its series is, between it and its value: there
         // it can only say what the run's own samples agree with. Anything there (another run's
@@ -970,8 +985,10 @@ fn ingest_batch(
     let strict = BaseLabels::of(batch);
     let base = strict.unwrap_or_else(|| BaseLabels::lenient(batch));
     let is_safety = batch.tier == Tier::Safety as i32;
+    keys.begin_batch(&base);
     let mut new_events = 0u64;
     let mut duplicate_events = 0u64;
+    let live_machine = writer.live_machine_of(&batch.machine_id);
     let mut cx = BatchContext {
         writer,
         config,
@@ -979,12 +996,13 @@ fn ingest_batch(
         topic,
         arrival_ns,
         state,
+        live_machine,
         stats,
         refused: Vec::new(),
         stored: Vec::new(),
         remote: config.remote_write_max_age.is_some(),
         newest_event_ms: None,
-        model_versions: BTreeMap::new(),
+        model_versions: Vec::new(),
         scratch: Scratch::default(),
     };
     for event in &batch.events {
@@ -1099,9 +1117,11 @@ fn ingest_batch(
         stats,
         mut stored,
         newest_event_ms,
-        model_versions,
+        mut model_versions,
         ..
     } = cx;
+    // Written in (model, version) order, as a sorted map would give them.
+    model_versions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut fleet = FleetWrite::new(&mut state, arrival_ns);
     fleet.batch(&base, newest_event_ms);
     for ((model, version), span) in &model_versions {

@@ -515,6 +515,9 @@ pub struct KeyMemo {
     spare_lists: Vec<Vec<Sample>>,
     /// The last [`MemoEntry::labels_id`] given to new labels.
     last_labels_id: u64,
+    /// Whether the caller said that every event until [`KeyMemo::forget_ids`] is of the base
+    /// labels at hand ([`KeyMemo::begin_batch`]): then an event does not compare them again.
+    pinned: bool,
 }
 
 /// Most samples and lists a [`KeyMemo`] keeps for reuse.
@@ -535,6 +538,35 @@ struct MemoEntry {
     /// are equal (an entry takes the id of an entry with equal labels, else a new one), so the
     /// values of an event that share its labels find their entries without comparing them.
     labels_id: u64,
+    /// The SLO pair ([`SLO_PAIRS`], by index) whose total and whose part `metric` is, if any:
+    /// found once per key, not per value.
+    pair: PairRole,
+}
+
+/// [`MemoEntry::pair`]: the index in [`SLO_PAIRS`] of the pair whose total, and of the pair whose
+/// part, the metric is ([`NO_PAIR`]: none).
+#[derive(Debug, Clone, Copy)]
+struct PairRole {
+    total_of: u8,
+    part_of: u8,
+}
+
+/// [`PairRole`] of a metric in no pair.
+const NO_PAIR: u8 = u8::MAX;
+
+impl PairRole {
+    const NONE: Self = Self {
+        total_of: NO_PAIR,
+        part_of: NO_PAIR,
+    };
+
+    fn of(metric: &str) -> Self {
+        let index = |found: Option<usize>| found.and_then(|at| u8::try_from(at).ok());
+        Self {
+            total_of: index(SLO_PAIRS.iter().position(|(t, _)| *t == metric)).unwrap_or(NO_PAIR),
+            part_of: index(SLO_PAIRS.iter().position(|(_, p)| *p == metric)).unwrap_or(NO_PAIR),
+        }
+    }
 }
 
 /// Whether two strings are equal, without reading them when they are the same string (a name
@@ -558,7 +590,17 @@ impl MemoEntry {
     }
 }
 
+/// Whether `labels` (machine, site, class) are `base`.
+fn is_base([machine, site, class]: &[String; 3], base: &BaseLabels<'_>) -> bool {
+    (machine.as_str(), site.as_str(), class.as_str()) == (base.machine, base.site, base.class)
+}
+
 impl KeyMemo {
+    /// Whether the keys at hand are of the machine of `base`.
+    fn is_of(&self, base: &BaseLabels<'_>) -> bool {
+        is_base(&self.base, base)
+    }
+
     /// The id attached to the key at `slot` (see [`EventSamples::slots`]), if any.
     pub fn id(&self, slot: usize) -> Option<u64> {
         self.entries
@@ -580,6 +622,15 @@ impl KeyMemo {
     /// a transaction that did not commit took its new series with it).
     pub fn forget_ids(&mut self) {
         self.epoch += 1;
+        self.pinned = false;
+    }
+
+    /// Takes the keys of the machine of `base` for the events of one batch, all of that machine,
+    /// until [`KeyMemo::forget_ids`]: its events are normalized without comparing their base
+    /// labels again (once per batch, not per event).
+    pub fn begin_batch(&mut self, base: &BaseLabels<'_>) {
+        self.rebase(base);
+        self.pinned = true;
     }
 
     /// Gives back the samples of an event once they are admitted, for the next events.
@@ -606,14 +657,10 @@ impl KeyMemo {
     /// Takes the keys of the machine of `base` (kept apart, or none) unless they are those at
     /// hand: once per event, before its keys are asked for.
     fn rebase(&mut self, base: &BaseLabels<'_>) {
-        let is = |[machine, site, class]: &[String; 3]| {
-            (machine.as_str(), site.as_str(), class.as_str())
-                == (base.machine, base.site, base.class)
-        };
-        if is(&self.base) {
+        if self.is_of(base) {
             return;
         }
-        let found = self.others.iter().position(|(b, _)| is(b));
+        let found = self.others.iter().position(|(b, _)| is_base(b, base));
         let (found_base, found) = match found.and_then(|at| self.others.remove(at)) {
             Some(found) => found,
             None => (
@@ -681,6 +728,7 @@ impl KeyMemo {
             key: key_or_unknown(base, metric, labels),
             id: None,
             labels_id,
+            pair: PairRole::of(metric),
         };
         // Full: the last entry gives way (a machine writing more series than that is rare).
         let evicted = self.entries.len() == KEY_MEMO_MAX;
@@ -691,6 +739,27 @@ impl KeyMemo {
         self.next = self.entries.len();
         (self.entries.len() - 1, evicted)
     }
+}
+
+/// [`Builder::part_above_total`] read from the values' keys.
+fn part_above_total_by_keys(values: &[Sample]) -> Option<(&'static str, &'static str, f64, f64)> {
+    for (total_metric, part_metric) in SLO_PAIRS {
+        for total in values
+            .iter()
+            .filter(|s| key_labels(&s.series, total_metric).is_some())
+        {
+            let labels = key_labels(&total.series, total_metric);
+            let part = values
+                .iter()
+                .find(|s| key_labels(&s.series, part_metric) == labels);
+            if let Some(part) = part
+                && part.value > total.value
+            {
+                return Some((total_metric, part_metric, part.value, total.value));
+            }
+        }
+    }
+    None
 }
 
 impl<'e> Builder<'_, 'e> {
@@ -726,6 +795,65 @@ impl<'e> Builder<'_, 'e> {
             self.last_labels.set(labels, entry.labels_id);
         }
         slot
+    }
+
+    /// The first SLO pair ([`SLO_PAIRS`]) whose part exceeds its total among the values, as
+    /// (total metric, part metric, part, total): pairs in order, totals in value order, each
+    /// with the first value of its part metric and the same labels.
+    ///
+    /// A value's metric and labels come from its memo entry (its metric by name, its labels by
+    /// [`MemoEntry::labels_id`], equal exactly when the labels are), not from its key: no key is
+    /// read. Values whose entry gave way while the event was built are compared by their keys.
+    fn part_above_total(&self) -> Option<(&'static str, &'static str, f64, f64)> {
+        // Each value's pair role and labels id, from its memo entry; by the keys when a value
+        // has none (its entry gave way while the event was built, or past `SLOTS_MAX` values).
+        let mut roles = [(PairRole::NONE, 0u64); SLOTS_MAX];
+        let known = self.values.len() <= SLOTS_MAX
+            && self.values.iter().enumerate().all(|(i, _)| {
+                match self
+                    .slots
+                    .get(i)
+                    .and_then(|slot| self.memo.entries.get(slot))
+                {
+                    Some(entry) => {
+                        roles[i] = (entry.pair, entry.labels_id);
+                        true
+                    }
+                    None => false,
+                }
+            });
+        if !known {
+            return part_above_total_by_keys(&self.values);
+        }
+        let roles = &roles[..self.values.len()];
+        if roles.iter().all(|(role, _)| role.total_of == NO_PAIR) {
+            return None;
+        }
+        for (p, (total_metric, part_metric)) in SLO_PAIRS.into_iter().enumerate() {
+            for (i, total) in self.values.iter().enumerate() {
+                if usize::from(roles[i].0.total_of) != p {
+                    continue;
+                }
+                // Equal labels ids are equal labels; other ids may still name the same labels in
+                // another order, which the keys tell.
+                let part = roles
+                    .iter()
+                    .zip(&self.values)
+                    .find(|((role, labels), s)| {
+                        usize::from(role.part_of) == p
+                            && (*labels == roles[i].1
+                                || key_labels(&s.series, part_metric)
+                                    == key_labels(&total.series, total_metric))
+                    })
+                    .map(|(_, s)| s);
+                if let Some(part) = part
+                    && part.value > total.value
+                {
+                    return Some((total_metric, part_metric, part.value, total.value));
+                }
+            }
+        }
+        None
     }
 
     /// Adds one entry of a multi-entry event (a component, mode or rail): an entry whose own
@@ -799,7 +927,7 @@ pub fn normalize_event<'e>(
 }
 
 /// [`normalize_event`] with the keys built for the events before it (of any machine: `memo`
-/// starts again for another).
+/// starts again for another; after [`KeyMemo::begin_batch`], of that batch's machine only).
 pub fn normalize_event_with<'e>(
     memo: &mut KeyMemo,
     base: &BaseLabels<'_>,
@@ -811,7 +939,11 @@ pub fn normalize_event_with<'e>(
         return Normalized::NotCounter;
     };
     let ts_ms = ns_to_ms(event.event_time_unix_ns);
-    memo.rebase(base);
+    if memo.pinned {
+        debug_assert!(memo.is_of(base), "a batch's events are of its base labels");
+    } else {
+        memo.rebase(base);
+    }
     let values = memo.spare_lists.pop().unwrap_or_default();
     let mut b = Builder {
         base,
@@ -1038,27 +1170,9 @@ pub fn normalize_event_with<'e>(
         let detail = "the counters start after their own event".to_owned();
         return refuse(refusal::BAD_TIME, ts_ms, detail, &b.values);
     }
-    for (total_metric, part_metric) in SLO_PAIRS {
-        for total in b
-            .values
-            .iter()
-            .filter(|s| key_labels(&s.series, total_metric).is_some())
-        {
-            let labels = key_labels(&total.series, total_metric);
-            let part = b
-                .values
-                .iter()
-                .find(|s| key_labels(&s.series, part_metric) == labels);
-            if let Some(part) = part
-                && part.value > total.value
-            {
-                let detail = format!(
-                    "{part_metric} {} above {total_metric} {}",
-                    part.value, total.value
-                );
-                return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
-            }
-        }
+    if let Some((total_metric, part_metric, part, total)) = b.part_above_total() {
+        let detail = format!("{part_metric} {part} above {total_metric} {total}");
+        return refuse(refusal::BAD_OVER_TOTAL, ts_ms, detail, &b.values);
     }
     if let Some((part, total)) = extra_pair
         && part > total
@@ -1610,6 +1724,51 @@ mod tests {
             let r = refused(&event, ARRIVAL, 0);
             assert_eq!(r.reason, refusal::BAD_OVER_TOTAL, "{semantics:?}");
             assert!(r.detail.contains("11 above"), "{}", r.detail);
+        }
+    }
+
+    #[test]
+    fn a_part_above_its_total_is_refused_alike_whether_the_memo_knew_its_keys_or_gave_them_up() {
+        let batch = batch();
+        let base = BaseLabels::of(&batch).unwrap();
+        let events = [
+            with_counts(counters(ARRIVAL, "planner"), 100, 101),
+            with_counts(counters(ARRIVAL, "planner"), 100, 100),
+            with_semantics(
+                counters(ARRIVAL, "planner"),
+                v1::DeadlineSemantics::Completion,
+                Some(10),
+                Some(11),
+            ),
+            with_semantics(
+                counters(ARRIVAL, "planner"),
+                v1::DeadlineSemantics::Completion,
+                Some(11),
+                Some(11),
+            ),
+        ];
+        // A memo that has seen the events' keys, and one full of a machine's other keys, so
+        // that each new key of an event makes the one before it give way.
+        let mut warm = KeyMemo::default();
+        for event in &events {
+            normalize_event_with(&mut warm, &base, event, ARRIVAL, 0);
+        }
+        let rails: Vec<String> = (0..KEY_MEMO_MAX).map(|i| format!("rail-{i}")).collect();
+        let filler = rails_event(&rails);
+        for event in &events {
+            let fresh = normalize_event(&base, event, ARRIVAL, 0);
+            let mut full = KeyMemo::default();
+            normalize_event_with(&mut full, &base, &filler, ARRIVAL, 0);
+            assert_eq!(full.entries.len(), KEY_MEMO_MAX);
+            for memo in [&mut warm, &mut full] {
+                let again = normalize_event_with(memo, &base, event, ARRIVAL, 0);
+                assert_eq!(again, fresh);
+            }
+            match fresh {
+                Normalized::Refused(r) => assert_eq!(r.reason, refusal::BAD_OVER_TOTAL),
+                Normalized::Counted(_) => {}
+                Normalized::NotCounter => panic!("a counter event"),
+            }
         }
     }
 

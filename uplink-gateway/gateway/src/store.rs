@@ -1474,6 +1474,15 @@ impl Writer<'_> {
     /// [`Upsert::Identical`] (a no-op), or [`Upsert::Conflict`] (the stored value is kept).
     pub fn put_sample(&mut self, id: u64, ts_ms: i64, value: f64) -> Result<Upsert, StoreError> {
         let series = series_chunks(&mut self.chunks, self.heads, id);
+        // The common case, what `covering` finds without a lookup: at or after the key of the
+        // series' last chunk, known to be its last, which has room.
+        if series.head_known
+            && let Some(last) = series.chunks.last_mut()
+            && last.key <= ts_ms
+            && !last.full_for_append(ts_ms)
+        {
+            return Ok(last.put(ts_ms, value));
+        }
         let spare = &mut self.spare;
         let at = match series.covering(&self.samples, id, ts_ms, spare)? {
             // After the last sample of a full chunk: a new one starts there.

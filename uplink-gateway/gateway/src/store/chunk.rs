@@ -121,6 +121,14 @@ impl Staged {
         self.len += 1;
     }
 
+    /// Appends the staged bytes to `out`: all of the buffer copied at once (a fixed-size copy,
+    /// no call), then cut back to the bytes staged.
+    fn append_to(&self, out: &mut Vec<u8>) {
+        let end = out.len() + self.len;
+        out.extend_from_slice(&self.bytes);
+        out.truncate(end);
+    }
+
     fn varint(&mut self, mut value: u64) {
         while value >= 0x80 {
             self.push(value as u8 | 0x80);
@@ -160,7 +168,7 @@ fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<
     };
     if xor == 0 {
         staged.push(0);
-        out.extend_from_slice(&staged.bytes[..staged.len]);
+        staged.append_to(out);
         return;
     }
     // A counter of whole numbers: their difference, when it gives back the exact bits.
@@ -169,7 +177,7 @@ fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<
     {
         staged.push(WHOLE_DELTA);
         staged.varint(zigzag(to.wrapping_sub(from)));
-        out.extend_from_slice(&staged.bytes[..staged.len]);
+        staged.append_to(out);
         return;
     }
     let trailing = xor.trailing_zeros() / 8;
@@ -179,7 +187,7 @@ fn encode_next(cursor: &mut Cursor, (next_ts, value): (i64, f64), out: &mut Vec<
     for &byte in &kept[..length as usize] {
         staged.push(byte);
     }
-    out.extend_from_slice(&staged.bytes[..staged.len]);
+    staged.append_to(out);
 }
 
 /// Appends the encoding of `samples` (in time order) to `out`, in the compact format.
@@ -443,8 +451,10 @@ impl Chunk {
         if at < self.samples.len() {
             // Not at the end: the encoding kept no longer leads to the samples.
             self.encoded.clear();
+            self.samples.insert(at, (ts, value));
+        } else {
+            self.samples.push((ts, value));
         }
-        self.samples.insert(at, (ts, value));
         self.low = self.low.min(ts);
         self.dirty = true;
         Upsert::New
