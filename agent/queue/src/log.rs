@@ -1284,8 +1284,9 @@ impl Log {
         Ok(log)
     }
 
-    /// Bytes of the log's files (segments and state slots), from what the log keeps in memory:
-    /// no directory listing, no allocation (the agent's status asks every second).
+    /// Bytes of the log's files (segments and state slots: their sizes, so not the blocks
+    /// reserved ahead of each tier's last segment), from what the log keeps in memory: no
+    /// directory listing, no allocation (the agent's status asks every second).
     pub fn file_bytes(&self) -> u64 {
         let inner = self.lock();
         let segments: u64 = inner
