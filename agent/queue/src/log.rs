@@ -13,6 +13,9 @@
 //!   it. Frames carry the generation of the state they need: recovery drops frames whose state
 //!   never became durable, so a commit is all or nothing, across tiers, through a crash.
 //! - A failed commit truncates what it appended and changes nothing in memory.
+//! - A segment's size is that of its valid frames: its blocks allocated ahead (up to the
+//!   segment's end, `fallocate` keeping the size, so that an append's `fdatasync` allocates no
+//!   blocks) are past it, and a failed commit gives back every tier's.
 //! - A segment is unlinked only after a durable state has removed every record in it; a tier's
 //!   last segment, drained, is kept for the next appends while it is under `KEEP_DRAINED_BYTES`.
 //! - Recovery reads the newest valid state slot, scans every frame (checking each record's
@@ -161,6 +164,58 @@ pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// and unlinked again for each event of a quiet tier. A larger drained segment is unlinked, so a
 /// drained log holds at most this much per tier.
 const KEEP_DRAINED_BYTES: u64 = 1024 * 1024;
+
+/// Allocates `file`'s blocks from `reserved` to the end of the segment (`SEGMENT_BYTES`, or
+/// `end` past it), keeping the file's size, when the frames up to `end` would pass `reserved`:
+/// an append's `fdatasync` then fills blocks that exist instead of allocating them. Returns the
+/// new end of the reservation. A refusal is not an error: the appends then allocate their blocks
+/// as they write, as without a reservation, and the segment asks no more (the end of the segment
+/// is returned). On a refusal what a partial allocation took beyond the frames (`len`) is
+/// released at once, so that a nearly full disk is not taken by one tier's reservation; a file
+/// system without `fallocate` clears `supported`.
+fn reserve_ahead(file: &File, len: u64, reserved: u64, end: u64, supported: &mut bool) -> u64 {
+    if end <= reserved || !*supported {
+        return reserved;
+    }
+    let target = SEGMENT_BYTES.max(end);
+    let (Ok(offset), Ok(count)) = (
+        libc::off_t::try_from(reserved),
+        libc::off_t::try_from(target - reserved),
+    ) else {
+        return reserved;
+    };
+    // SAFETY: `fallocate` reads only its integer arguments; the descriptor is open for writing
+    // for as long as `file` is borrowed.
+    let result =
+        unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, count) };
+    if result == 0 {
+        return target;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => *supported = false,
+        // Truncating to the size the file has frees the blocks beyond it, and only those.
+        _ => {
+            let _ = file.set_len(len);
+        }
+    }
+    target
+}
+
+/// Whether the file system holding `dir` keeps its files in memory (tmpfs, ramfs), where blocks
+/// allocated ahead would be memory taken, not journal work saved.
+fn in_memory(dir: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // SAFETY: `fstatfs` writes only into the zeroed struct we own.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the descriptor is open for as long as `dir` is borrowed.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut stat) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s integer type differs between targets.
+    let kind = stat.f_type as i64;
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+}
 
 /// Bytes of a frame before its value.
 pub const FRAME_HEADER: usize = 8;
@@ -314,6 +369,10 @@ struct Segment {
     file: File,
     /// Bytes of valid frames (the file may be longer only while a commit writes).
     len: u64,
+    /// Frames up to here ask for no blocks allocated ahead: the end of those allocated (with
+    /// `fallocate` keeping the size), or the segment's end once a reservation was refused; `len`
+    /// for a segment recovery opened or a failed commit truncated.
+    reserved: u64,
     /// Damaged byte ranges `[from, to)` that recovery found and scans jump over.
     skips: Vec<(u64, u64)>,
 }
@@ -765,6 +824,9 @@ struct Inner {
     state_files: [Option<File>; 2],
     /// The state files' lengths (a slot is rewritten in place from offset 0, never truncated).
     state_bytes: [u64; 2],
+    /// Whether segments' blocks are allocated ahead (cleared when the file system has no
+    /// `fallocate`).
+    preallocate: bool,
 }
 
 /// An open log in a directory.
@@ -998,6 +1060,7 @@ impl Log {
             frames: Default::default(),
             state_files: [None, None],
             state_bytes,
+            preallocate: !in_memory(&lock),
         };
         let salvaging = salvage;
         let no_state = best.is_none();
@@ -1186,6 +1249,7 @@ impl Log {
                     first_seq,
                     file,
                     len: offset as u64,
+                    reserved: offset as u64,
                     skips,
                 });
             }
@@ -1220,8 +1284,9 @@ impl Log {
         Ok(log)
     }
 
-    /// Bytes of the log's files (segments and state slots), from what the log keeps in memory:
-    /// no directory listing, no allocation (the agent's status asks every second).
+    /// Bytes of the log's files (segments and state slots: their sizes, so not the blocks
+    /// reserved ahead of each tier's last segment), from what the log keeps in memory: no
+    /// directory listing, no allocation (the agent's status asks every second).
     pub fn file_bytes(&self) -> u64 {
         let inner = self.lock();
         let segments: u64 = inner
@@ -1437,6 +1502,7 @@ impl Log {
         // Write the frames of each tier, then the state.
         let mut created: [Option<PathBuf>; 3] = Default::default();
         let mut written: [Option<u64>; 3] = [None; 3];
+        let mut reserved = [0u64; 3];
         let result = (|| -> Result<(), StoreError> {
             for (ix, tier) in staged.tiers.iter().enumerate() {
                 let run = &*runs[ix];
@@ -1460,9 +1526,17 @@ impl Log {
                     .segments
                     .back()
                     .filter(|segment| segment.len < SEGMENT_BYTES);
+                let appended = (run.len() + tier.frames.len()) as u64;
                 match active {
                     Some(segment) => {
                         written[ix] = Some(segment.len);
+                        reserved[ix] = reserve_ahead(
+                            &segment.file,
+                            segment.len,
+                            segment.reserved.max(segment.len),
+                            segment.len + appended,
+                            &mut inner.preallocate,
+                        );
                         write(&segment.file, segment.len)?;
                         segment.file.sync_data().map_err(io)?;
                     }
@@ -1476,6 +1550,7 @@ impl Log {
                             .open(&path)
                             .map_err(io)?;
                         created[ix] = Some(path);
+                        reserved[ix] = reserve_ahead(&file, 0, 0, appended, &mut inner.preallocate);
                         write(&file, 0)?;
                         file.sync_data().map_err(io)?;
                     }
@@ -1529,10 +1604,14 @@ impl Log {
             }
             // A handle that met an error is not used again.
             inner.state_files = [None, None];
-            // Undo the appends so a later commit does not build on them.
-            for (ix, len) in written.iter().enumerate() {
-                if let (Some(len), Some(segment)) = (len, inner.tiers[ix].segments.back()) {
-                    let _ = segment.file.set_len(*len);
+            // Undo the appends so a later commit does not build on them, and give back every
+            // tier's blocks allocated ahead (a truncation frees the blocks past the size): on a
+            // full disk the queue then holds no space beyond its records, as without them.
+            for (ix, tier) in inner.tiers.iter_mut().enumerate() {
+                if let Some(segment) = tier.segments.back_mut() {
+                    let len = written[ix].unwrap_or(segment.len);
+                    let _ = segment.file.set_len(len);
+                    segment.reserved = len;
                 }
             }
             for path in created.iter().flatten() {
@@ -1547,6 +1626,7 @@ impl Log {
             if written[ix].is_some() {
                 if let Some(segment) = live.segments.back_mut() {
                     segment.len += appended;
+                    segment.reserved = reserved[ix];
                 }
             } else if let Some(path) = &created[ix] {
                 let file = OpenOptions::new()
@@ -1558,6 +1638,7 @@ impl Log {
                     first_seq: tier.first_staged,
                     file,
                     len: appended,
+                    reserved: reserved[ix],
                     skips: Vec::new(),
                 });
             }
@@ -2111,6 +2192,39 @@ mod tests {
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), full as u64);
         append(&log, 0, 4..=4);
         assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_segments_blocks_are_allocated_ahead_of_its_frames_while_its_size_stays_theirs() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 0, 1..=3);
+        let segment = path.join(segment_name(0, 1));
+        let frames = log.lock().tiers[0].segments[0].len;
+        let meta = std::fs::metadata(&segment).unwrap();
+        assert_eq!(meta.len(), frames, "the size is that of the valid frames");
+        let allocated = meta.blocks() * 512;
+        if in_memory(&File::open(&path).unwrap()) {
+            assert!(
+                allocated < SEGMENT_BYTES,
+                "{allocated} bytes taken in memory"
+            );
+        } else {
+            assert!(
+                allocated >= SEGMENT_BYTES,
+                "{allocated} bytes allocated for {frames} bytes of frames"
+            );
+        }
+        // Recovery reads the same frames and appends go on after them, in the blocks ahead.
+        drop(log);
+        let log = Log::open(&path, false).unwrap();
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), frames);
+        append(&log, 0, 4..=5);
+        assert_eq!(seqs(&log, 0), vec![1, 2, 3, 4, 5]);
+        let frames = log.lock().tiers[0].segments[0].len;
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), frames);
     }
 
     #[test]
