@@ -219,6 +219,9 @@ fn in_memory(dir: &File) -> bool {
 
 /// Bytes of a frame before its value.
 pub const FRAME_HEADER: usize = 8;
+/// Room kept beyond a buffer's frames: a record's header is copied at its longest (32 bytes,
+/// frame header included) before being cut to its length.
+const HEAD_SLACK: usize = 32;
 /// Largest value a frame may carry (a longer length is garbage, not a record).
 const MAX_VALUE: usize = 4 * 1024 * 1024;
 /// Bytes read from a segment at once while scanning.
@@ -248,26 +251,30 @@ pub struct Frames {
 
 impl Frames {
     /// An empty buffer that holds `value_bytes` of values in up to `records` frames without
-    /// growing.
+    /// growing (with room for the last record's header to be copied at its longest, 32 bytes).
     pub fn with_capacity(value_bytes: usize, records: usize) -> Self {
         Self {
-            bytes: Vec::with_capacity(value_bytes.saturating_add(records * FRAME_HEADER)),
+            bytes: Vec::with_capacity(
+                value_bytes
+                    .saturating_add(records * FRAME_HEADER)
+                    .saturating_add(HEAD_SLACK),
+            ),
             ..Self::default()
         }
     }
 
-    /// Appends record `seq` as one frame whose value `write` appends to the buffer it is given
-    /// (the value must lead with `seq`, as `record::encode` writes it). On error nothing is
-    /// appended.
+    /// Appends record `seq` as one frame: `write` is given the buffer and the length of the
+    /// frame's header, [`FRAME_HEADER`], and appends that many zero bytes, then the value (which
+    /// must lead with `seq`, as `record::encode_after` writes it): the header and the record's
+    /// own are stored in one copy. On error nothing is appended.
     #[inline(always)]
     pub fn push<E>(
         &mut self,
         seq: u64,
-        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        write: impl FnOnce(&mut Vec<u8>, usize) -> Result<(), E>,
     ) -> Result<usize, E> {
         let start = self.bytes.len();
-        self.bytes.extend_from_slice(&[0; FRAME_HEADER]);
-        if let Err(error) = write(&mut self.bytes) {
+        if let Err(error) = write(&mut self.bytes, FRAME_HEADER) {
             self.bytes.truncate(start);
             return Err(error);
         }
@@ -2123,7 +2130,8 @@ mod tests {
         let mut frames = Frames::with_capacity(4096, 64);
         for seq in range {
             frames
-                .push(seq, |out| {
+                .push(seq, |out, lead| {
+                    out.resize(out.len() + lead, 0);
                     out.extend_from_slice(&value(seq, seq));
                     Ok::<(), ()>(())
                 })

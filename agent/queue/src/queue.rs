@@ -727,8 +727,14 @@ impl Queue {
                 *self.next_seq.at_mut(ix) += 1;
                 let appended = record::appended_unix_ms(value).unwrap_or(0);
                 // The stored encoding is valid: re-encoding it under the new number cannot fail.
-                let _ = self.pending.frames[ix].push(seq, |out| {
-                    record::encode_trusted(out, seq, appended, &value[record::HEADER_LEN..])
+                let _ = self.pending.frames[ix].push(seq, |out, lead| {
+                    record::encode_trusted_after(
+                        out,
+                        lead,
+                        seq,
+                        appended,
+                        &value[record::HEADER_LEN..],
+                    )
                 });
             }
         }
@@ -854,11 +860,11 @@ impl Queue {
         let stored = self.pending.frames[ix].push(
             seq,
             #[inline(always)]
-            |out| {
+            |out, lead| {
                 if check {
-                    record::encode(out, seq, ms, event)
+                    record::encode_after(out, lead, seq, ms, event)
                 } else {
-                    record::encode_trusted(out, seq, ms, event)
+                    record::encode_trusted_after(out, lead, seq, ms, event)
                 }
             },
         )? as u64;

@@ -54,21 +54,34 @@ pub struct RecordView<'a> {
 ///
 /// `event` is checked in the same pass: it must be an `Event` as prost would decode it (see
 /// `wire`), without groups at its top level (the uplink splices records without decoding them).
-/// On error `out` is left as it was. Inlined into the queue's append, its one hot caller.
-#[inline(always)]
+/// On error `out` is left as it was.
 pub fn encode(
     out: &mut Vec<u8>,
     seq: u64,
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    let start = head(out, seq, appended_unix_ms);
+    encode_after(out, 0, seq, appended_unix_ms, event)
+}
+
+/// [`encode`] after `lead` zero bytes (at most [`MAX_LEAD`]: the caller's frame header, written
+/// with the record's header in one copy). On error `out` is left as it was. Inlined into the
+/// queue's append, its one hot caller.
+#[inline(always)]
+pub fn encode_after(
+    out: &mut Vec<u8>,
+    lead: usize,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+) -> Result<(), MalformedEvent> {
+    let start = head(out, lead, seq, appended_unix_ms);
     let mut run = 0;
     let walked = wire::check_event(event, |from, to| {
         out.extend_from_slice(&event[run..from]);
         run = to;
     });
-    finish(out, start, event, run, walked)
+    finish(out, start, lead, event, run, walked)
 }
 
 /// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
@@ -80,38 +93,57 @@ pub fn encode_trusted(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    let start = head(out, seq, appended_unix_ms);
+    encode_trusted_after(out, 0, seq, appended_unix_ms, event)
+}
+
+/// [`encode_trusted`] after `lead` zero bytes, as [`encode_after`].
+pub fn encode_trusted_after(
+    out: &mut Vec<u8>,
+    lead: usize,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+) -> Result<(), MalformedEvent> {
+    let start = head(out, lead, seq, appended_unix_ms);
     let mut run = 0;
     let walked = wire::walk_trusted(event, |from, to| {
         out.extend_from_slice(&event[run..from]);
         run = to;
     });
-    finish(out, start, event, run, walked)
+    finish(out, start, lead, event, run, walked)
 }
 
-/// Appends a record's header and `seq` to `out` (the checksum is filled in by [`finish`]);
-/// returns where the record starts. The header is copied at its longest (a ten-byte `seq`), a
-/// copy of a fixed length done with a few moves instead of a call, then cut to its length: `out`
-/// needs room for the longest header, as a record's worst case does anyway.
+/// Most zero bytes [`encode_after`] writes before a record (a frame header).
+pub const MAX_LEAD: usize = 8;
+
+/// Appends `lead` zero bytes, then a record's header and `seq` to `out` (the checksum is filled
+/// in by [`finish`]); returns where the zero bytes start. The whole is copied at its longest (the
+/// lead at its longest, a ten-byte `seq`: 31 bytes, rounded to 32), one copy of a fixed length
+/// done with two moves instead of a call, then cut to its length: `out` needs room for the
+/// longest, as a record's worst case does anyway.
 #[inline(always)]
-fn head(out: &mut Vec<u8>, seq: u64, appended_unix_ms: u64) -> usize {
+fn head(out: &mut Vec<u8>, lead: usize, seq: u64, appended_unix_ms: u64) -> usize {
+    debug_assert!(lead <= MAX_LEAD);
+    let lead = lead.min(MAX_LEAD);
     let start = out.len();
-    let mut head = [0u8; HEADER_LEN + 1 + 10];
-    head[4..HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
-    head[HEADER_LEN] = SEQ_KEY;
-    let head_len = HEADER_LEN + 1 + put_varint(&mut head[HEADER_LEN + 1..], seq);
+    let mut head = [0u8; 32];
+    head[lead + 4..lead + HEADER_LEN].copy_from_slice(&appended_unix_ms.to_le_bytes());
+    head[lead + HEADER_LEN] = SEQ_KEY;
+    let seq_at = lead + HEADER_LEN + 1;
+    let head_len = seq_at + put_varint(&mut head[seq_at..seq_at + 10], seq);
     out.extend_from_slice(&head);
     out.truncate(start + head_len);
     start
 }
 
-/// Completes the record started at `start` once its event was walked: the caller's fields from
-/// `run` on (the fields 1 before were dropped, the runs between them copied), then the checksum;
-/// on a failed walk, leaves `out` as it was.
+/// Completes the record started `lead` bytes after `start` once its event was walked: the
+/// caller's fields from `run` on (the fields 1 before were dropped, the runs between them
+/// copied), then the checksum; on a failed walk, leaves `out` as it was before `start`.
 #[inline(always)]
 fn finish(
     out: &mut Vec<u8>,
     start: usize,
+    lead: usize,
     event: &[u8],
     run: usize,
     walked: Result<(), usize>,
@@ -121,8 +153,9 @@ fn finish(
         return Err(MalformedEvent { offset });
     }
     out.extend_from_slice(&event[run..]);
-    let crc = checksum(&out[start + 4..]);
-    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    let record = start + lead.min(MAX_LEAD);
+    let crc = checksum(&out[record + 4..]);
+    out[record..record + 4].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
 
