@@ -37,6 +37,8 @@ use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
 use edgewatch_slo::names::{SLO_PAIRS, label, metric, refusal, value};
 
+use crate::store::SeriesSlot;
+
 /// One sample of one series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -532,8 +534,8 @@ struct MemoEntry {
     labels: Vec<(&'static str, Option<String>)>,
     key: String,
     /// The id the caller attached to `key` in the memo's epoch `.0` (until
-    /// [`KeyMemo::forget_ids`]).
-    id: Option<(u64, u64)>,
+    /// [`KeyMemo::forget_ids`]), with the series' slot in the caller's writer when attached.
+    id: Option<(u64, u64, Option<SeriesSlot>)>,
     /// Names `labels`: two entries of one machine have the same id exactly when their labels
     /// are equal (an entry takes the id of an entry with equal labels, else a new one), so the
     /// values of an event that share its labels find their entries without comparing them.
@@ -606,15 +608,32 @@ impl KeyMemo {
         self.entries
             .get(slot)
             .and_then(|entry| entry.id)
-            .filter(|(epoch, _)| *epoch == self.epoch)
-            .map(|(_, id)| id)
+            .filter(|(epoch, ..)| *epoch == self.epoch)
+            .map(|(_, id, _)| id)
+    }
+
+    /// The id and the writer's slot attached to the key at `slot` ([`KeyMemo::set_series_slot`]),
+    /// if any.
+    pub fn series_slot(&self, slot: usize) -> Option<(u64, SeriesSlot)> {
+        match self.entries.get(slot)?.id? {
+            (epoch, id, Some(handle)) if epoch == self.epoch => Some((id, handle)),
+            _ => None,
+        }
+    }
+
+    /// Attaches `id` and the series' slot in the caller's writer to the key at `slot` (see
+    /// [`KeyMemo::set_id`]): one writer's slots, so they are forgotten with the ids.
+    pub fn set_series_slot(&mut self, slot: usize, id: u64, handle: SeriesSlot) {
+        if let Some(entry) = self.entries.get_mut(slot) {
+            entry.id = Some((self.epoch, id, Some(handle)));
+        }
     }
 
     /// Attaches `id` to the key at `slot`: the key of the value whose slot it is, as long as no
     /// other event was built since.
     pub fn set_id(&mut self, slot: usize, id: u64) {
         if let Some(entry) = self.entries.get_mut(slot) {
-            entry.id = Some((self.epoch, id));
+            entry.id = Some((self.epoch, id, None));
         }
     }
 
