@@ -1051,7 +1051,7 @@ fn ingest_batch(
                     cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
                 }
                 cx.admit(event, &samples, keys)?;
-                keys.recycle(samples.values);
+                keys.recycle(samples.values, &samples.slots);
             }
         }
         if is_safety {
