@@ -54,8 +54,8 @@ use crate::series::{
     self, BaseLabels, EventSamples, KeyMemo, Normalized, Refusal, Sample, SeriesKey,
 };
 use crate::store::{
-    DeadLetter, DeadLetterSource, LiveMachine, LiveSeries, MachineState, Store, StoreError, Upsert,
-    Writer,
+    DeadLetter, DeadLetterSource, LiveMachine, LiveSeries, MachineState, SeriesSlot, Store,
+    StoreError, Upsert, Writer,
 };
 use crate::validate::{Rejection, Valid, validate};
 
@@ -605,9 +605,9 @@ struct BatchContext<'b, 'w, 'txn> {
 #[derive(Default)]
 struct Scratch {
     lives: Vec<Option<LiveSeries>>,
-    /// Ids of the series that existed before the event (looked up once).
-    known: Vec<Option<u64>>,
-    ids: Vec<u64>,
+    /// Ids and writer slots of the series that existed before the event (looked up once).
+    known: Vec<Option<(u64, SeriesSlot)>>,
+    ids: Vec<(u64, SeriesSlot)>,
     written: Vec<(u64, i64)>,
 }
 
@@ -691,24 +691,24 @@ impl<'b> BatchContext<'b, '_, '_> {
         written.clear();
         let live_machine = self.live_machine;
         for (i, v) in values.iter().enumerate() {
-            // The id the memo holds for the value's key, found once per batch and key.
+            // The id and the writer's slot the memo holds for the value's key, found once per
+            // batch and key: no lookup per value.
             let slot = slots.get(i);
-            let id = match slot.and_then(|slot| memo.id(slot)) {
-                Some(id) => Some(id),
-                None => {
-                    let id = self.writer.series_id(&v.series)?;
-                    if let (Some(slot), Some(id)) = (slot, id) {
-                        memo.set_id(slot, id);
+            let found = match slot.and_then(|slot| memo.series_slot(slot)) {
+                Some(found) => Some(found),
+                None => match self.writer.series_id(&v.series)? {
+                    Some(id) => {
+                        let handle = self.writer.series_slot(live_machine, id)?;
+                        if let Some(slot) = slot {
+                            memo.set_series_slot(slot, id, handle);
+                        }
+                        Some((id, handle))
                     }
-                    id
-                }
+                    None => None,
+                },
             };
-            let live = match id {
-                Some(id) => self.writer.live_in(live_machine, id)?,
-                None => None,
-            };
-            lives.push(live);
-            known.push(id);
+            lives.push(found.and_then(|(_, handle)| self.writer.live_at(handle)));
+            known.push(found);
         }
 
         // Within one run (one start time) a counter never goes down.
@@ -762,18 +762,19 @@ impl<'b> BatchContext<'b, '_, '_> {
 
         // The values; another value at one of the event's (series, time) refuses the event and
         // takes back what it wrote (the stored history stays as it was).
-        for (i, (v, id)) in values.iter().zip(&known).enumerate() {
-            let id = match *id {
-                Some(id) => id,
+        for (i, (v, found)) in values.iter().zip(&known).enumerate() {
+            let (id, handle) = match *found {
+                Some(found) => found,
                 None => {
                     let id = self.writer.series_id_or_create(&v.series)?;
+                    let handle = self.writer.series_slot(live_machine, id)?;
                     if let Some(slot) = slots.get(i) {
-                        memo.set_id(slot, id);
+                        memo.set_series_slot(slot, id, handle);
                     }
-                    id
+                    (id, handle)
                 }
             };
-            match self.writer.put_sample(id, v.ts_ms, v.value)? {
+            match self.writer.put_sample_at(handle, v.ts_ms, v.value)? {
                 Upsert::New => written.push((id, v.ts_ms)),
                 Upsert::Identical => {}
                 Upsert::Conflict => {
@@ -789,10 +790,10 @@ impl<'b> BatchContext<'b, '_, '_> {
                     return self.refuse(event, refusal(refusal::CONFLICT, detail), true);
                 }
             }
-            ids.push(id);
+            ids.push((id, handle));
         }
-        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
-            if written.contains(&(*id, v.ts_ms)) {
+        for ((v, &(id, handle)), live) in values.iter().zip(&ids).zip(&lives) {
+            if written.contains(&(id, v.ts_ms)) {
                 self.stats.samples_new += 1;
                 if self.remote {
                     self.stored.push(v.clone());
@@ -811,7 +812,7 @@ impl<'b> BatchContext<'b, '_, '_> {
                     next.run_last_value = v.value;
                 }
             }
-            self.writer.set_live_in(live_machine, *id, next)?;
+            self.writer.set_live_at(handle, next)?;
         }
         if let Some(model) = model {
             match self
@@ -837,16 +838,16 @@ impl<'b> BatchContext<'b, '_, '_> {
             };
             return Ok(());
         };
-        for ((v, id), live) in values.iter().zip(&ids).zip(&lives) {
+        for ((v, &(id, _)), live) in values.iter().zip(&ids).zip(&lives) {
             let seen = live.is_some_and(|live| {
                 Some(live.run_start_ms) == run_start_ms && v.ts_ms >= live.run_last_ms
             });
             if seen {
                 continue;
             }
-            match self.writer.first_sample_in(*id, b.ts_ms, v.ts_ms)? {
+            match self.writer.first_sample_in(id, b.ts_ms, v.ts_ms)? {
                 None => {
-                    self.writer.put_sample(*id, b.ts_ms, b.value)?;
+                    self.writer.put_sample(id, b.ts_ms, b.value)?;
                     self.stats.samples_new += 1;
                     self.stats.baselines_new += 1;
                     if self.remote {
@@ -1050,7 +1051,7 @@ fn ingest_batch(
                     cx.refused.push((key, refusal::BAD_LABEL, ts_ms));
                 }
                 cx.admit(event, &samples, keys)?;
-                keys.recycle(samples.values);
+                keys.recycle(samples.values, &samples.slots);
             }
         }
         if is_safety {

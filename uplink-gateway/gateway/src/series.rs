@@ -37,6 +37,8 @@ use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
 use edgewatch_slo::names::{SLO_PAIRS, label, metric, refusal, value};
 
+use crate::store::SeriesSlot;
+
 /// One sample of one series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -532,8 +534,8 @@ struct MemoEntry {
     labels: Vec<(&'static str, Option<String>)>,
     key: String,
     /// The id the caller attached to `key` in the memo's epoch `.0` (until
-    /// [`KeyMemo::forget_ids`]).
-    id: Option<(u64, u64)>,
+    /// [`KeyMemo::forget_ids`]), with the series' slot in the caller's writer when attached.
+    id: Option<(u64, u64, Option<SeriesSlot>)>,
     /// Names `labels`: two entries of one machine have the same id exactly when their labels
     /// are equal (an entry takes the id of an entry with equal labels, else a new one), so the
     /// values of an event that share its labels find their entries without comparing them.
@@ -541,6 +543,9 @@ struct MemoEntry {
     /// The SLO pair ([`SLO_PAIRS`], by index) whose total and whose part `metric` is, if any:
     /// found once per key, not per value.
     pair: PairRole,
+    /// A sample of `key` given back ([`KeyMemo::recycle`]), its key's string written: the next
+    /// value of the key takes it, and its key is not copied again.
+    sample: Option<Sample>,
 }
 
 /// [`MemoEntry::pair`]: the index in [`SLO_PAIRS`] of the pair whose total, and of the pair whose
@@ -606,15 +611,32 @@ impl KeyMemo {
         self.entries
             .get(slot)
             .and_then(|entry| entry.id)
-            .filter(|(epoch, _)| *epoch == self.epoch)
-            .map(|(_, id)| id)
+            .filter(|(epoch, ..)| *epoch == self.epoch)
+            .map(|(_, id, _)| id)
+    }
+
+    /// The id and the writer's slot attached to the key at `slot` ([`KeyMemo::set_series_slot`]),
+    /// if any.
+    pub fn series_slot(&self, slot: usize) -> Option<(u64, SeriesSlot)> {
+        match self.entries.get(slot)?.id? {
+            (epoch, id, Some(handle)) if epoch == self.epoch => Some((id, handle)),
+            _ => None,
+        }
+    }
+
+    /// Attaches `id` and the series' slot in the caller's writer to the key at `slot` (see
+    /// [`KeyMemo::set_id`]): one writer's slots, so they are forgotten with the ids.
+    pub fn set_series_slot(&mut self, slot: usize, id: u64, handle: SeriesSlot) {
+        if let Some(entry) = self.entries.get_mut(slot) {
+            entry.id = Some((self.epoch, id, Some(handle)));
+        }
     }
 
     /// Attaches `id` to the key at `slot`: the key of the value whose slot it is, as long as no
     /// other event was built since.
     pub fn set_id(&mut self, slot: usize, id: u64) {
         if let Some(entry) = self.entries.get_mut(slot) {
-            entry.id = Some((self.epoch, id));
+            entry.id = Some((self.epoch, id, None));
         }
     }
 
@@ -633,25 +655,24 @@ impl KeyMemo {
         self.pinned = true;
     }
 
-    /// Gives back the samples of an event once they are admitted, for the next events.
-    pub fn recycle(&mut self, mut values: Vec<Sample>) {
-        let room = SPARE_MAX.saturating_sub(self.spare.len());
-        self.spare.extend(values.drain(..).take(room));
-        values.clear();
+    /// Gives back the samples of an event once they are admitted, for the next events: each to
+    /// its key's entry when `slots` (the event's [`EventSamples::slots`], no other event built
+    /// since) knows it, so its key is not copied again.
+    pub fn recycle(&mut self, mut values: Vec<Sample>, slots: &MemoSlots) {
+        for (i, sample) in values.drain(..).enumerate() {
+            let entry = slots.get(i).and_then(|slot| self.entries.get_mut(slot));
+            match entry {
+                Some(entry) if entry.sample.is_none() => {
+                    debug_assert_eq!(sample.series, entry.key);
+                    entry.sample = Some(sample);
+                }
+                _ if self.spare.len() < SPARE_MAX => self.spare.push(sample),
+                _ => {}
+            }
+        }
         if self.spare_lists.len() < SPARE_MAX {
             self.spare_lists.push(values);
         }
-    }
-
-    /// A sample to fill in (its key's string empty).
-    fn sample(&mut self) -> Sample {
-        let mut sample = self.spare.pop().unwrap_or(Sample {
-            series: String::new(),
-            ts_ms: 0,
-            value: 0.0,
-        });
-        sample.series.clear();
-        sample
     }
 
     /// Takes the keys of the machine of `base` (kept apart, or none) unless they are those at
@@ -729,6 +750,7 @@ impl KeyMemo {
             id: None,
             labels_id,
             pair: PairRole::of(metric),
+            sample: None,
         };
         // Full: the last entry gives way (a machine writing more series than that is rare).
         let evicted = self.entries.len() == KEY_MEMO_MAX;
@@ -772,9 +794,22 @@ impl<'e> Builder<'_, 'e> {
         value: f64,
     ) {
         self.bad_label |= labels.iter().any(|(_, v)| v.is_none());
-        let mut sample = self.memo.sample();
         let slot = self.slot(metric, labels);
-        sample.series.push_str(&self.memo.entries[slot].key);
+        let entry = &mut self.memo.entries[slot];
+        let mut sample = match entry.sample.take() {
+            Some(sample) => sample,
+            None => {
+                let key = &self.memo.entries[slot].key;
+                let mut sample = self.memo.spare.pop().unwrap_or(Sample {
+                    series: String::new(),
+                    ts_ms: 0,
+                    value: 0.0,
+                });
+                sample.series.clear();
+                sample.series.push_str(key);
+                sample
+            }
+        };
         sample.ts_ms = self.ts_ms;
         sample.value = value;
         self.values.push(sample);
@@ -1262,12 +1297,17 @@ mod tests {
         for batch in [batch(), other, batch(), other_site, batch()] {
             let base = BaseLabels::of(&batch).unwrap();
             for event in &events {
+                let remembered = normalize_event_with(&mut memo, &base, event, ARRIVAL, 0);
                 assert_eq!(
-                    normalize_event_with(&mut memo, &base, event, ARRIVAL, 0),
+                    remembered,
                     normalize_event(&base, event, ARRIVAL, 0),
                     "{} {event:?}",
                     batch.machine_id
                 );
+                // Samples given back carry their keys to the next events of those keys.
+                if let Normalized::Counted(samples) = remembered {
+                    memo.recycle(samples.values, &samples.slots);
+                }
             }
         }
     }
@@ -1293,22 +1333,27 @@ mod tests {
         }
     }
 
-    /// The values' keys of `event` normalized with `memo`, with the id each one's slot gives.
+    /// The values' keys of `event` normalized with `memo`, with the id each one's slot gives;
+    /// the samples are given back to `memo` (with their keys, for the next events).
     fn keys_and_ids(
         memo: &mut KeyMemo,
         base: &BaseLabels<'_>,
         event: &Event,
     ) -> Vec<(String, Option<usize>, Option<u64>)> {
         match normalize_event_with(memo, base, event, ARRIVAL, 0) {
-            Normalized::Counted(samples) => samples
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let slot = samples.slots.get(i);
-                    (v.series.clone(), slot, slot.and_then(|s| memo.id(s)))
-                })
-                .collect(),
+            Normalized::Counted(samples) => {
+                let keys = samples
+                    .values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let slot = samples.slots.get(i);
+                        (v.series.clone(), slot, slot.and_then(|s| memo.id(s)))
+                    })
+                    .collect();
+                memo.recycle(samples.values, &samples.slots);
+                keys
+            }
             other => panic!("not counted: {other:?}"),
         }
     }

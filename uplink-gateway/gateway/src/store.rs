@@ -559,7 +559,7 @@ impl Store {
                     index: txn.open_table(CHUNK_INDEX)?,
                     next_sealed: None,
                 },
-                chunks: foldhash::HashMap::default(),
+                chunks: ChunksTouched::default(),
                 heads,
                 spare: Vec::new(),
                 encoded: Vec::new(),
@@ -571,7 +571,7 @@ impl Store {
                 config: &self.config,
                 series_ids,
                 created: &mut created,
-                live: foldhash::HashMap::default(),
+                live: LiveStates::default(),
                 live_machines: Vec::new(),
                 last_live_machine: 0,
             };
@@ -597,7 +597,7 @@ impl Store {
                 if series_ids.len() > SERIES_ID_CACHE_MAX {
                     series_ids.clear();
                 }
-                for (id, series) in touched {
+                for (id, series) in touched.list {
                     if let Some(head) = series.into_head() {
                         heads.insert(id, head);
                     }
@@ -1157,22 +1157,113 @@ impl ChunkTables<'_> {
     }
 }
 
-type ChunksTouched = foldhash::HashMap<u64, SeriesChunks>;
+/// The chunks of the series a write transaction touched: in a list that a [`SeriesSlot`]
+/// indexes, found by series id through `at` (entries are never removed while it runs).
+#[derive(Default)]
+struct ChunksTouched {
+    /// Index in `list` by series id.
+    at: foldhash::HashMap<u64, usize>,
+    list: Vec<(u64, SeriesChunks)>,
+}
 
-/// The chunks of series `id` in this transaction: at its first touch, its last chunk from the
-/// store's cache when there.
+impl ChunksTouched {
+    /// The index in `list` of series `id`'s chunks: at its first touch, its last chunk taken
+    /// from the store's cache when there.
+    fn index(&mut self, heads: &mut foldhash::HashMap<u64, Chunk>, id: u64) -> usize {
+        let list = &mut self.list;
+        *self.at.entry(id).or_insert_with(|| {
+            let series = match heads.remove(&id) {
+                Some(head) => SeriesChunks {
+                    chunks: vec![head],
+                    head_known: true,
+                },
+                None => SeriesChunks::default(),
+            };
+            list.push((id, series));
+            list.len() - 1
+        })
+    }
+}
+
+/// The chunks of series `id` in this transaction (see [`ChunksTouched::index`]).
 fn series_chunks<'a>(
-    chunks: &'a mut foldhash::HashMap<u64, SeriesChunks>,
+    chunks: &'a mut ChunksTouched,
     heads: &mut foldhash::HashMap<u64, Chunk>,
     id: u64,
 ) -> &'a mut SeriesChunks {
-    chunks.entry(id).or_insert_with(|| match heads.remove(&id) {
-        Some(head) => SeriesChunks {
-            chunks: vec![head],
-            head_known: true,
+    let at = chunks.index(heads, id);
+    &mut chunks.list[at].1
+}
+
+/// The live state of one (machine, series) that a write transaction read or changed.
+struct LiveTouched {
+    /// Index of the machine in the writer's `live_machines`.
+    machine: u32,
+    id: u64,
+    /// `None`: not live (as the store holds it: a membership change is written at once).
+    live: Option<LiveSeries>,
+    /// Whether `live` is an update held back until the transaction commits.
+    dirty: bool,
+}
+
+/// The live states a write transaction read or changed: in a list that a [`SeriesSlot`]
+/// indexes, found by (machine index, series id) through `at` (entries are never removed while
+/// it runs; a retired series' entry says it is not live).
+#[derive(Default)]
+struct LiveStates {
+    at: foldhash::HashMap<(u32, u64), usize>,
+    list: Vec<LiveTouched>,
+}
+
+/// A series in one [`Writer`], for one machine: where the writer holds its chunks and its live
+/// state, found once ([`Writer::series_slot`]) for the samples that follow. Good for the writer
+/// that gave it only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesSlot {
+    /// Index in the writer's `chunks.list`.
+    chunks: usize,
+    /// Index in the writer's `live.list`.
+    live: usize,
+}
+
+/// Stores a sample in `series` (chunks of series `id`), see [`Writer::put_sample`].
+fn put_into(
+    series: &mut SeriesChunks,
+    tables: &ChunkTables<'_>,
+    id: u64,
+    spare: &mut Vec<Vec<(i64, f64)>>,
+    ts_ms: i64,
+    value: f64,
+) -> Result<Upsert, StoreError> {
+    // The common case, what `covering` finds without a lookup: at or after the key of the
+    // series' last chunk, known to be its last, which has room.
+    if series.head_known
+        && let Some(last) = series.chunks.last_mut()
+        && last.key <= ts_ms
+        && !last.full_for_append(ts_ms)
+    {
+        return Ok(last.put(ts_ms, value));
+    }
+    let at = match series.covering(tables, id, ts_ms, spare)? {
+        // After the last sample of a full chunk: a new one starts there.
+        Some(at) if series.chunks[at].full_for_append(ts_ms) => {
+            let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
+            series.chunks.insert(at + 1, created);
+            at + 1
+        }
+        Some(at) => at,
+        // Before every chunk: the first one takes it (split when written back if it grew
+        // too large), or the series' first chunk starts.
+        None => match series.first(tables, id, spare)? {
+            Some(first) => first,
+            None => {
+                let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
+                series.chunks.insert(0, created);
+                0
+            }
         },
-        None => SeriesChunks::default(),
-    })
+    };
+    Ok(series.chunks[at].put(ts_ms, value))
 }
 
 impl SeriesChunks {
@@ -1359,7 +1450,7 @@ pub struct Writer<'txn> {
     samples: ChunkTables<'txn>,
     /// Chunks of samples loaded or created in this transaction, by series id; the changed ones
     /// are written back before it commits.
-    chunks: foldhash::HashMap<u64, SeriesChunks>,
+    chunks: ChunksTouched,
     /// The store's cached last chunks (see [`WriterCache::heads`]); a series' is taken into
     /// `chunks` when the transaction first touches it.
     heads: &'txn mut foldhash::HashMap<u64, Chunk>,
@@ -1378,10 +1469,10 @@ pub struct Writer<'txn> {
     series_ids: &'txn mut foldhash::HashMap<String, u64>,
     /// Keys of the series created in this transaction.
     created: &'txn mut Vec<String>,
-    /// Live series read or changed in this transaction, by (index in `live_machines`, series
+    /// Live states read or changed in this transaction, by (index in `live_machines`, series
     /// id), with whether to write them back when it commits (membership changes are written at
     /// once; only updates wait).
-    live: foldhash::HashMap<(u32, u64), (LiveSeries, bool)>,
+    live: LiveStates,
     /// Machines of the entries of `live`.
     live_machines: Vec<String>,
     /// The index in `live_machines` that [`Writer::live_machine`] gave last.
@@ -1474,36 +1565,31 @@ impl Writer<'_> {
     /// [`Upsert::Identical`] (a no-op), or [`Upsert::Conflict`] (the stored value is kept).
     pub fn put_sample(&mut self, id: u64, ts_ms: i64, value: f64) -> Result<Upsert, StoreError> {
         let series = series_chunks(&mut self.chunks, self.heads, id);
-        // The common case, what `covering` finds without a lookup: at or after the key of the
-        // series' last chunk, known to be its last, which has room.
-        if series.head_known
-            && let Some(last) = series.chunks.last_mut()
-            && last.key <= ts_ms
-            && !last.full_for_append(ts_ms)
-        {
-            return Ok(last.put(ts_ms, value));
-        }
-        let spare = &mut self.spare;
-        let at = match series.covering(&self.samples, id, ts_ms, spare)? {
-            // After the last sample of a full chunk: a new one starts there.
-            Some(at) if series.chunks[at].full_for_append(ts_ms) => {
-                let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
-                series.chunks.insert(at + 1, created);
-                at + 1
-            }
-            Some(at) => at,
-            // Before every chunk: the first one takes it (split when written back if it grew
-            // too large), or the series' first chunk starts.
-            None => match series.first(&self.samples, id, spare)? {
-                Some(first) => first,
-                None => {
-                    let created = Chunk::created(ts_ms, spare.pop().unwrap_or_default());
-                    series.chunks.insert(0, created);
-                    0
-                }
-            },
-        };
-        Ok(series.chunks[at].put(ts_ms, value))
+        put_into(series, &self.samples, id, &mut self.spare, ts_ms, value)
+    }
+
+    /// Series `id` for `machine` in this writer: its chunks and its live state found once, for
+    /// [`Writer::put_sample_at`], [`Writer::live_at`] and [`Writer::set_live_at`] (no lookup
+    /// per sample).
+    pub fn series_slot(
+        &mut self,
+        machine: LiveMachine<'_>,
+        id: u64,
+    ) -> Result<SeriesSlot, StoreError> {
+        let chunks = self.chunks.index(self.heads, id);
+        let live = self.live_index(machine, id)?;
+        Ok(SeriesSlot { chunks, live })
+    }
+
+    /// [`Writer::put_sample`] of the series of `slot`.
+    pub fn put_sample_at(
+        &mut self,
+        slot: SeriesSlot,
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<Upsert, StoreError> {
+        let (id, series) = &mut self.chunks.list[slot.chunks];
+        put_into(series, &self.samples, *id, &mut self.spare, ts_ms, value)
     }
 
     /// Removes a sample written in this transaction (an event refused after part of it was
@@ -1522,18 +1608,17 @@ impl Writer<'_> {
     /// chunk that is no longer the last, sealed at the end of `sealed_chunks`.
     fn flush_chunks(&mut self) -> Result<(), StoreError> {
         // In key order: neighbouring writes land in the same B-tree pages.
-        let mut ids: Vec<u64> = self.chunks.keys().copied().collect();
-        ids.sort_unstable();
+        let mut order: Vec<usize> = (0..self.chunks.list.len()).collect();
+        let list = &mut self.chunks.list;
+        order.sort_unstable_by_key(|&at| list[at].0);
         let Self {
             samples: tables,
-            chunks,
             encoded,
             ..
         } = self;
-        for id in ids {
-            let Some(series) = chunks.get_mut(&id) else {
-                continue;
-            };
+        for at in order {
+            let (id, series) = &mut list[at];
+            let id = *id;
             // `touch` loaded the stored last chunk, so the last of `chunks` is the series' last.
             let last = series
                 .head_known
@@ -1601,19 +1686,35 @@ impl Writer<'_> {
         machine: LiveMachine<'_>,
         id: u64,
     ) -> Result<Option<LiveSeries>, StoreError> {
+        let at = self.live_index(machine, id)?;
+        Ok(self.live.list[at].live)
+    }
+
+    /// The live state of the series of `slot` (see [`Writer::live_in`]).
+    pub fn live_at(&self, slot: SeriesSlot) -> Option<LiveSeries> {
+        self.live.list[slot.live].live
+    }
+
+    /// The index in `live.list` of (`machine`, `id`), read from the store the first time.
+    fn live_index(&mut self, machine: LiveMachine<'_>, id: u64) -> Result<usize, StoreError> {
         debug_assert_eq!(self.live_machines[machine.index as usize], machine.name);
         let key = (machine.index, id);
-        if let Some((live, _)) = self.live.get(&key) {
-            return Ok(Some(*live));
+        if let Some(&at) = self.live.at.get(&key) {
+            return Ok(at);
         }
-        let stored = self
+        let live = self
             .live_series
             .get((machine.name, id))?
             .and_then(|v| LiveSeries::decode(v.value()));
-        if let Some(live) = stored {
-            self.live.insert(key, (live, false));
-        }
-        Ok(stored)
+        self.live.list.push(LiveTouched {
+            machine: machine.index,
+            id,
+            live,
+            dirty: false,
+        });
+        let at = self.live.list.len() - 1;
+        self.live.at.insert(key, at);
+        Ok(at)
     }
 
     /// Admits a series to its machine's live set (or updates it when it is live).
@@ -1629,24 +1730,27 @@ impl Writer<'_> {
         id: u64,
         live: LiveSeries,
     ) -> Result<(), StoreError> {
-        debug_assert_eq!(self.live_machines[machine.index as usize], machine.name);
-        let key = (machine.index, id);
-        // Read or changed before in this transaction (the common case, once per sample): held
-        // back until it commits. One lookup.
-        if let Some(slot) = self.live.get_mut(&key) {
-            *slot = (live, true);
-            return Ok(());
-        }
-        let dirty = self
-            .live_series
-            .get((machine.name, id))?
-            .and_then(|v| LiveSeries::decode(v.value()))
-            .is_some();
-        if !dirty {
+        let at = self.live_index(machine, id)?;
+        self.set_live_entry(at, live)
+    }
+
+    /// [`Writer::set_live`] of the series of `slot`.
+    pub fn set_live_at(&mut self, slot: SeriesSlot, live: LiveSeries) -> Result<(), StoreError> {
+        self.set_live_entry(slot.live, live)
+    }
+
+    /// Sets the live state at `at` in `live.list`: an update of a live series is held back until
+    /// the transaction commits; an admission is written at once.
+    fn set_live_entry(&mut self, at: usize, live: LiveSeries) -> Result<(), StoreError> {
+        let entry = &mut self.live.list[at];
+        if entry.live.is_none() {
+            let machine = self.live_machines[entry.machine as usize].as_str();
             self.live_series
-                .insert((machine.name, id), live.encode().as_slice())?;
+                .insert((machine, entry.id), live.encode().as_slice())?;
+        } else {
+            entry.dirty = true;
         }
-        self.live.insert(key, (live, dirty));
+        entry.live = Some(live);
         Ok(())
     }
 
@@ -1691,8 +1795,13 @@ impl Writer<'_> {
         for entry in self.live_series.range((machine, 0)..=(machine, u64::MAX))? {
             let (key, value) = entry?;
             let id = key.value().1;
-            let last_ms = match self.live.get(&(index, id)) {
-                Some((live, _)) => live.last_ms,
+            let held = self
+                .live
+                .at
+                .get(&(index, id))
+                .and_then(|&at| self.live.list[at].live);
+            let last_ms = match held {
+                Some(live) => live.last_ms,
                 None => LiveSeries::decode(value.value()).map_or(i64::MIN, |l| l.last_ms),
             };
             if last_ms < cutoff_ms {
@@ -1701,18 +1810,21 @@ impl Writer<'_> {
         }
         for id in &stale {
             self.live_series.remove((machine, *id))?;
-            self.live.remove(&(index, *id));
+            if let Some(&at) = self.live.at.get(&(index, *id)) {
+                self.live.list[at].live = None;
+                self.live.list[at].dirty = false;
+            }
         }
         Ok(stale.len() as u64)
     }
 
     /// Writes the live-series updates held back during the transaction.
     fn flush_live(&mut self) -> Result<(), StoreError> {
-        for ((machine, id), (live, dirty)) in &self.live {
-            if *dirty {
-                let machine = self.live_machines[*machine as usize].as_str();
+        for entry in &self.live.list {
+            if let (true, Some(live)) = (entry.dirty, entry.live) {
+                let machine = self.live_machines[entry.machine as usize].as_str();
                 self.live_series
-                    .insert((machine, *id), live.encode().as_slice())?;
+                    .insert((machine, entry.id), live.encode().as_slice())?;
             }
         }
         Ok(())
@@ -1878,6 +1990,53 @@ mod tests {
         assert_eq!(
             store.query("a", 0, 100).unwrap()[0].samples,
             vec![(10, 1.0)]
+        );
+    }
+
+    #[test]
+    fn a_series_slot_sees_what_the_keyed_calls_see_through_retirement_and_readmission() {
+        let (_dir, store) = store();
+        store
+            .write(|w| {
+                let id = w.series_id_or_create("a{}")?;
+                let machine = w.live_machine_of("m");
+                let slot = w.series_slot(machine, id)?;
+                assert_eq!(w.live_at(slot), None, "never admitted");
+                assert_eq!(w.put_sample_at(slot, 10, 1.0)?, Upsert::New);
+                assert_eq!(
+                    w.put_sample(id, 10, 2.0)?,
+                    Upsert::Conflict,
+                    "one chunk list"
+                );
+                w.set_live_at(slot, LiveSeries::new(10))?;
+                assert_eq!(w.live_count("m")?, 1, "an admission is written at once");
+                w.set_live_in(machine, id, LiveSeries::new(20))?;
+                assert_eq!(w.live_at(slot).map(|l| l.last_ms), Some(20));
+                assert_eq!(w.retire_before("m", 30)?, 1);
+                assert_eq!(w.live_at(slot), None, "retired");
+                assert_eq!(w.live("m", id)?, None);
+                assert_eq!(w.live_count("m")?, 0);
+                w.set_live_at(slot, LiveSeries::new(40))?;
+                assert_eq!(w.live_count("m")?, 1, "readmitted at once");
+                w.set_live_at(slot, LiveSeries::new(50))?;
+                assert_eq!(w.put_sample_at(slot, 50, 3.0)?, Upsert::New);
+                Ok(())
+            })
+            .unwrap();
+        store
+            .write(|w| {
+                let id = w.series_id("a{}")?.unwrap();
+                assert_eq!(
+                    w.live("m", id)?.map(|l| l.last_ms),
+                    Some(50),
+                    "held back, written"
+                );
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            store.query("a", 0, 100).unwrap()[0].samples,
+            vec![(10, 1.0), (50, 3.0)]
         );
     }
 
