@@ -51,11 +51,11 @@ use crate::config::IngestConfig;
 use crate::dedup::{stream_key, stream_prefix};
 use crate::remote_write::build_request;
 use crate::series::{
-    self, BaseLabels, EventSamples, KeyMemo, Normalized, Refusal, Sample, SeriesKey,
+    self, BaseLabels, EventSamples, KeyMemo, Normalized, Refusal, Sample, SeriesKey, SeriesSlot,
 };
 use crate::store::{
-    DeadLetter, DeadLetterSource, LiveMachine, LiveSeries, MachineState, SeriesSlot, Store,
-    StoreError, Upsert, Writer,
+    DeadLetter, DeadLetterSource, LiveMachine, LiveSeries, MachineState, Store, StoreError, Upsert,
+    Writer,
 };
 use crate::validate::{Rejection, Valid, validate};
 

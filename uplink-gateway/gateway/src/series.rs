@@ -37,7 +37,17 @@ use edgewatch_proto::topic::validate_id;
 use edgewatch_proto::v1::{self, Batch, event};
 use edgewatch_slo::names::{SLO_PAIRS, label, metric, refusal, value};
 
-use crate::store::SeriesSlot;
+/// A series in one store `Writer`, for one machine: where the writer holds its chunks and its
+/// live state, found once (`Writer::series_slot`) for the samples that follow. Good for the
+/// writer that gave it only. Defined here, with the key memo that keeps it beside a key's id for
+/// a batch, so that the pure series code names nothing of the store; only the store reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesSlot {
+    /// Index in the writer's `chunks.list`.
+    pub(crate) chunks: usize,
+    /// Index in the writer's `live.list`.
+    pub(crate) live: usize,
+}
 
 /// One sample of one series.
 #[derive(Debug, Clone, PartialEq)]

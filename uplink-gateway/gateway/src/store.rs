@@ -64,6 +64,7 @@ use self::chunk::{Chunk, Place};
 
 use crate::config::StoreConfig;
 use crate::dedup::SeqRanges;
+use crate::series::SeriesSlot;
 
 const SERIES: TableDefinition<&str, u64> = TableDefinition::new("series");
 const SERIES_BY_ID: TableDefinition<u64, &str> = TableDefinition::new("series_by_id");
@@ -1213,17 +1214,6 @@ struct LiveTouched {
 struct LiveStates {
     at: foldhash::HashMap<(u32, u64), usize>,
     list: Vec<LiveTouched>,
-}
-
-/// A series in one [`Writer`], for one machine: where the writer holds its chunks and its live
-/// state, found once ([`Writer::series_slot`]) for the samples that follow. Good for the writer
-/// that gave it only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeriesSlot {
-    /// Index in the writer's `chunks.list`.
-    chunks: usize,
-    /// Index in the writer's `live.list`.
-    live: usize,
 }
 
 /// Stores a sample in `series` (chunks of series `id`), see [`Writer::put_sample`].
