@@ -268,6 +268,71 @@ pub fn steal(cpu: Option<usize>) -> Result<u64, ProcError> {
     })
 }
 
+/// The kernel's memory-management work that can take a page from under a process without the
+/// process asking, so that its next touch of the page is a minor fault: pages scanned for
+/// reclaim (kswapd and direct), pages migrated (compaction, among others), huge pages
+/// collapsed by khugepaged. System-wide counters of `/proc/vmstat`; a field the kernel lacks
+/// counts 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageWork {
+    /// `pgscan_kswapd` + `pgscan_direct`.
+    pub reclaim_scanned: u64,
+    /// `pgmigrate_success`.
+    pub migrated: u64,
+    /// `thp_collapse_alloc`.
+    pub collapsed: u64,
+}
+
+impl PageWork {
+    /// The work done between `earlier` and `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            reclaim_scanned: self.reclaim_scanned.saturating_sub(earlier.reclaim_scanned),
+            migrated: self.migrated.saturating_sub(earlier.migrated),
+            collapsed: self.collapsed.saturating_sub(earlier.collapsed),
+        }
+    }
+
+    /// Whether any of it happened.
+    pub fn any(&self) -> bool {
+        self.reclaim_scanned + self.migrated + self.collapsed > 0
+    }
+}
+
+impl std::fmt::Display for PageWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} pages scanned for reclaim, {} migrated, {} huge pages collapsed",
+            self.reclaim_scanned, self.migrated, self.collapsed
+        )
+    }
+}
+
+/// Parses `/proc/vmstat` into [`PageWork`].
+pub fn parse_page_work(text: &str) -> PageWork {
+    let mut work = PageWork::default();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(Ok(value))) = (fields.next(), fields.next().map(str::parse::<u64>))
+        else {
+            continue;
+        };
+        match name {
+            "pgscan_kswapd" | "pgscan_direct" => work.reclaim_scanned += value,
+            "pgmigrate_success" => work.migrated += value,
+            "thp_collapse_alloc" => work.collapsed += value,
+            _ => {}
+        }
+    }
+    work
+}
+
+/// The kernel's page work so far (`/proc/vmstat`).
+pub fn page_work() -> Result<PageWork, ProcError> {
+    Ok(parse_page_work(&read("/proc/vmstat")?))
+}
+
 /// Clock ticks per second (`stat`'s unit).
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf takes a constant and touches no memory of ours.
@@ -285,6 +350,36 @@ pub fn own_cpus() -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_work_sums_reclaim_scans_and_reads_migrations_and_collapses() {
+        let text = "nr_free_pages 100\npgscan_kswapd 7\npgscan_direct 3\npgscan_direct_throttle 9\n\
+                    pgmigrate_success 5\npgmigrate_fail 8\nthp_collapse_alloc 2\nthp_collapse_alloc_failed 4\n";
+        let work = parse_page_work(text);
+        assert_eq!(
+            work,
+            PageWork {
+                reclaim_scanned: 10,
+                migrated: 5,
+                collapsed: 2
+            }
+        );
+        let later = parse_page_work("pgscan_kswapd 17\npgscan_direct 3\npgmigrate_success 5\n");
+        assert_eq!(
+            later.since(&work),
+            PageWork {
+                reclaim_scanned: 10,
+                migrated: 0,
+                collapsed: 0
+            }
+        );
+        assert!(later.since(&work).any());
+        assert!(!work.since(&work).any());
+        assert_eq!(
+            parse_page_work("garbage\npgscan_kswapd x\n"),
+            PageWork::default()
+        );
+    }
 
     #[test]
     fn stat_fields_are_counted_from_the_last_parenthesis() {

@@ -114,7 +114,7 @@ pub fn markdown(r: &RunReport<'_>) -> String {
         let s = &inv.steady;
         let _ = writeln!(
             out,
-            "Steady state (definition in `docs/hil.md`): {:.1} s window after warm-up; {} allocations, {} frees, {} minor faults, {} threads; the two 1 kHz loops wrote {} cycles meanwhile; {} allocations before the first window (start-up and warm-up); events taken by the queue in the window: {}; {} earlier windows set aside because the queue took events in them{}.\n",
+            "Steady state (definition in `docs/hil.md`): {:.1} s window after warm-up; {} allocations, {} frees, {} minor faults, {} threads; the two 1 kHz loops wrote {} cycles meanwhile; {} allocations before the first window (start-up and warm-up); events taken by the queue in the window: {}; {} earlier windows set aside (events in the queue, or faults without allocation while the kernel took pages){}.\n",
             s.window_s,
             s.allocations.allocations,
             s.allocations.frees,

@@ -89,15 +89,20 @@ pub struct SteadyState {
     pub threads: u64,
     /// Probe records the two loops wrote during the window (work the agent had to do).
     pub cycles_in_window: u64,
-    /// Windows measured before this one and set aside because the agent's queue took events in
+    /// Windows measured before this one and set aside: because the agent's queue took events in
     /// them (a deadline miss or a ring overrun when the SCHED_IDLE agent was starved of CPU by
-    /// other processes): each with the events taken and its allocations.
+    /// other processes), or because the agent took page faults, without allocating, while the
+    /// kernel reclaimed, migrated or collapsed pages (work that unmaps pages the agent did not
+    /// give up: a neighbour's memory pressure, not the agent's doing). Each with what it held.
     pub discarded: Vec<String>,
     /// Events the agent's queue took in this window, by its status snapshot (0 in steady state;
     /// `None` if there was no snapshot to read).
     pub events_in_window: Option<u64>,
     /// What the agent logged during this window (its last 2,000 bytes; empty in steady state).
     pub log_in_window: String,
+    /// The kernel's page work during this window, system-wide (`None` if `/proc/vmstat` could
+    /// not be read).
+    pub page_work_in_window: Option<procfs::PageWork>,
 }
 
 /// How long after a window the queue's status snapshot (rewritten every second) is read, so that
@@ -291,10 +296,14 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
     let (steady, c1, window_s) = loop {
         let taken_before = events_taken(&queue_status);
         let log_before = agent.log().len();
+        let pages_before = procfs::page_work().ok();
         let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
         let started = Instant::now();
         std::thread::sleep(config.window);
         let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let page_work_in_window = pages_before
+            .zip(procfs::page_work().ok())
+            .map(|(before, after)| after.since(&before));
         let window_s = started.elapsed().as_secs_f64();
         let log_in_window = last_bytes(agent.log().get(log_before..).unwrap_or_default(), 2000);
         std::thread::sleep(SNAPSHOT_LAG);
@@ -313,14 +322,25 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             discarded: Vec::new(),
             events_in_window,
             log_in_window,
+            page_work_in_window,
         };
         let events = events_in_window.unwrap_or(0);
-        if events == 0 || discarded.len() + 1 >= config.max_windows.max(1) {
+        let faults = steady.minor_faults + steady.major_faults;
+        // Faults with no allocation while the kernel took pages away: the window says nothing of
+        // the agent's own steady state. Faults with allocations, or with no such kernel work,
+        // are the agent's and are judged.
+        let kernel_took_pages = faults > 0
+            && steady.allocations.allocations == 0
+            && page_work_in_window.is_some_and(|work| work.any());
+        if (events == 0 && !kernel_took_pages) || discarded.len() + 1 >= config.max_windows.max(1) {
             break (steady, c1, window_s);
         }
         discarded.push(format!(
-            "{events} events taken, {} allocations",
-            steady.allocations.allocations
+            "{events} events taken, {} allocations, {} minor and {} major faults, the kernel: {}",
+            steady.allocations.allocations,
+            steady.minor_faults,
+            steady.major_faults,
+            page_work_in_window.map_or_else(|| "unknown".to_owned(), |work| work.to_string())
         ));
     };
     let steady = SteadyState {
@@ -393,7 +413,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         "No heap allocation in steady state",
         c1.loaded && steady.allocations.allocations == 0,
         format!(
-            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside for events before it: {}; the agent logged in the window: {}",
+            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside before it: {}; the agent logged in the window: {}",
             steady.allocations.allocations,
             steady.allocations.bytes,
             steady.allocations.frees,
@@ -418,8 +438,19 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         "No minor fault in steady state",
         steady.minor_faults == 0 && steady.major_faults == 0,
         format!(
-            "{} minor, {} major faults over {:.1} s ({} threads)",
-            steady.minor_faults, steady.major_faults, window_s, steady.threads
+            "{} minor, {} major faults over {:.1} s ({} threads); the kernel meanwhile, system-wide: {}; windows set aside before it: {}",
+            steady.minor_faults,
+            steady.major_faults,
+            window_s,
+            steady.threads,
+            steady
+                .page_work_in_window
+                .map_or_else(|| "unknown".to_owned(), |work| work.to_string()),
+            if steady.discarded.is_empty() {
+                "none".to_owned()
+            } else {
+                steady.discarded.join("; ")
+            },
         ),
     ));
     checks.push(Check::new(
