@@ -75,13 +75,7 @@ pub fn encode_after(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
-    let start = head(out, lead, seq, appended_unix_ms);
-    let mut run = 0;
-    let walked = wire::check_event(event, |from, to| {
-        out.extend_from_slice(&event[run..from]);
-        run = to;
-    });
-    finish(out, start, lead, event, run, walked)
+    encode_walked::<Checked>(out, lead, seq, appended_unix_ms, event)
 }
 
 /// [`encode`] for bytes prost just encoded from a typed `Event` (the caller's, or the queue's
@@ -104,9 +98,48 @@ pub fn encode_trusted_after(
     appended_unix_ms: u64,
     event: &[u8],
 ) -> Result<(), MalformedEvent> {
+    encode_walked::<Trusted>(out, lead, seq, appended_unix_ms, event)
+}
+
+/// How an event's top-level fields are walked while it is copied: checked as prost would decode
+/// them ([`Checked`]), or, for bytes prost just encoded, by their lengths only ([`Trusted`]).
+/// Each calls `field_1(from, to)` for every field 1 it finds (dropped from the copy) and returns
+/// the offset of a field that fails.
+trait Walk {
+    fn walk(event: &[u8], field_1: impl FnMut(usize, usize)) -> Result<(), usize>;
+}
+
+/// [`wire::check_event`].
+struct Checked;
+/// [`wire::walk_trusted`].
+struct Trusted;
+
+impl Walk for Checked {
+    #[inline(always)]
+    fn walk(event: &[u8], field_1: impl FnMut(usize, usize)) -> Result<(), usize> {
+        wire::check_event(event, field_1)
+    }
+}
+
+impl Walk for Trusted {
+    #[inline(always)]
+    fn walk(event: &[u8], field_1: impl FnMut(usize, usize)) -> Result<(), usize> {
+        wire::walk_trusted(event, field_1)
+    }
+}
+
+/// The header, `seq`, then `event` without its field 1, walked by `W`; see [`encode_after`].
+#[inline(always)]
+fn encode_walked<W: Walk>(
+    out: &mut Vec<u8>,
+    lead: usize,
+    seq: u64,
+    appended_unix_ms: u64,
+    event: &[u8],
+) -> Result<(), MalformedEvent> {
     let start = head(out, lead, seq, appended_unix_ms);
     let mut run = 0;
-    let walked = wire::walk_trusted(event, |from, to| {
+    let walked = W::walk(event, |from, to| {
         out.extend_from_slice(&event[run..from]);
         run = to;
     });
