@@ -105,6 +105,17 @@ pub struct SteadyState {
     pub page_work_in_window: Option<procfs::PageWork>,
 }
 
+impl SteadyState {
+    /// The windows set aside before this one, for a report: "none", or each with what it held.
+    pub fn windows_set_aside(&self) -> String {
+        if self.discarded.is_empty() {
+            "none".to_owned()
+        } else {
+            self.discarded.join("; ")
+        }
+    }
+}
+
 /// How long after a window the queue's status snapshot (rewritten every second) is read, so that
 /// it covers the window's end.
 const SNAPSHOT_LAG: Duration = Duration::from_millis(1500);
@@ -422,11 +433,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             steady
                 .events_in_window
                 .map_or_else(|| "unknown (no queue snapshot)".to_owned(), |n| n.to_string()),
-            if steady.discarded.is_empty() {
-                "none".to_owned()
-            } else {
-                steady.discarded.join("; ")
-            },
+            steady.windows_set_aside(),
             if steady.log_in_window.is_empty() {
                 "nothing".to_owned()
             } else {
@@ -446,11 +453,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             steady
                 .page_work_in_window
                 .map_or_else(|| "unknown".to_owned(), |work| work.to_string()),
-            if steady.discarded.is_empty() {
-                "none".to_owned()
-            } else {
-                steady.discarded.join("; ")
-            },
+            steady.windows_set_aside(),
         ),
     ));
     checks.push(Check::new(
