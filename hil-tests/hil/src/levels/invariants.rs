@@ -106,6 +106,28 @@ pub struct SteadyState {
 }
 
 impl SteadyState {
+    /// Why this window says nothing of the agent's own steady state, if it does not: the queue
+    /// took events in it, or the agent took page faults without allocating while the kernel
+    /// took pages away (faults with allocations, or with no such kernel work, are the agent's).
+    /// A window without a queue snapshot or a `/proc/vmstat` reading is judged as it is.
+    pub fn reason_to_set_aside(&self) -> Option<String> {
+        let events = self.events_in_window.unwrap_or(0);
+        let faults = self.minor_faults + self.major_faults;
+        let kernel_took_pages = faults > 0
+            && self.allocations.allocations == 0
+            && self.page_work_in_window.is_some_and(|work| work.any());
+        (events > 0 || kernel_took_pages).then(|| {
+            format!(
+                "{events} events taken, {} allocations, {} minor and {} major faults, the kernel: {}",
+                self.allocations.allocations,
+                self.minor_faults,
+                self.major_faults,
+                self.page_work_in_window
+                    .map_or_else(|| "unknown".to_owned(), |work| work.to_string())
+            )
+        })
+    }
+
     /// The windows set aside before this one, for a report: "none", or each with what it held.
     pub fn windows_set_aside(&self) -> String {
         if self.discarded.is_empty() {
@@ -335,24 +357,13 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             log_in_window,
             page_work_in_window,
         };
-        let events = events_in_window.unwrap_or(0);
-        let faults = steady.minor_faults + steady.major_faults;
-        // Faults with no allocation while the kernel took pages away: the window says nothing of
-        // the agent's own steady state. Faults with allocations, or with no such kernel work,
-        // are the agent's and are judged.
-        let kernel_took_pages = faults > 0
-            && steady.allocations.allocations == 0
-            && page_work_in_window.is_some_and(|work| work.any());
-        if (events == 0 && !kernel_took_pages) || discarded.len() + 1 >= config.max_windows.max(1) {
-            break (steady, c1, window_s);
+        // The last window allowed is judged whatever it holds.
+        match steady.reason_to_set_aside() {
+            Some(reason) if discarded.len() + 1 < config.max_windows.max(1) => {
+                discarded.push(reason);
+            }
+            _ => break (steady, c1, window_s),
         }
-        discarded.push(format!(
-            "{events} events taken, {} allocations, {} minor and {} major faults, the kernel: {}",
-            steady.allocations.allocations,
-            steady.minor_faults,
-            steady.major_faults,
-            page_work_in_window.map_or_else(|| "unknown".to_owned(), |work| work.to_string())
-        ));
     };
     let steady = SteadyState {
         discarded,
@@ -560,4 +571,68 @@ fn measure_drain(
         minor_faults: s1.minflt - s0.minflt,
         hwm_kib: (h0, h1),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A window with `faults` minor faults, `allocations` allocations, `events` queue events
+    /// and the kernel's page work.
+    fn window(
+        faults: u64,
+        allocations: u64,
+        events: Option<u64>,
+        page_work: Option<procfs::PageWork>,
+    ) -> SteadyState {
+        SteadyState {
+            window_s: 10.0,
+            allocations: Counts {
+                loaded: true,
+                allocations,
+                ..Counts::default()
+            },
+            minor_faults: faults,
+            events_in_window: events,
+            page_work_in_window: page_work,
+            ..SteadyState::default()
+        }
+    }
+
+    const MIGRATED: Option<procfs::PageWork> = Some(procfs::PageWork {
+        reclaim_scanned: 0,
+        migrated: 12,
+        collapsed: 0,
+    });
+    const IDLE_KERNEL: Option<procfs::PageWork> = Some(procfs::PageWork {
+        reclaim_scanned: 0,
+        migrated: 0,
+        collapsed: 0,
+    });
+
+    #[test]
+    fn a_window_is_set_aside_for_queue_events_or_for_faults_the_kernel_caused() {
+        // Steady: judged.
+        assert_eq!(window(0, 0, Some(0), MIGRATED).reason_to_set_aside(), None);
+        // The queue took events: set aside, whatever else.
+        let reason = window(0, 0, Some(2), IDLE_KERNEL).reason_to_set_aside();
+        assert!(reason.is_some_and(|r| r.starts_with("2 events taken")));
+        // Faults without allocating while the kernel migrated pages: set aside, with the
+        // kernel's figures.
+        let reason = window(1, 0, Some(0), MIGRATED)
+            .reason_to_set_aside()
+            .unwrap();
+        assert!(reason.contains("1 minor and 0 major faults"), "{reason}");
+        assert!(reason.contains("12 migrated"), "{reason}");
+        // Faults with an allocation are the agent's: judged.
+        assert_eq!(window(1, 3, Some(0), MIGRATED).reason_to_set_aside(), None);
+        // Faults while the kernel took no page: the agent's, judged.
+        assert_eq!(
+            window(1, 0, Some(0), IDLE_KERNEL).reason_to_set_aside(),
+            None
+        );
+        // Without a reading of the kernel's work, or of the queue, the window is judged.
+        assert_eq!(window(1, 0, Some(0), None).reason_to_set_aside(), None);
+        assert_eq!(window(0, 0, None, MIGRATED).reason_to_set_aside(), None);
+    }
 }
