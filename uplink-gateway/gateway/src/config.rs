@@ -252,6 +252,8 @@ pub struct RawIngestConfig {
     pub max_series_per_machine: Option<u32>,
     /// e.g. "1h".
     pub series_retire_after: Option<String>,
+    /// Decode a group's messages on a second thread (where the machine has two cores).
+    pub decode_ahead: Option<bool>,
 }
 
 /// `[dedup]` as written (validated into [`IngestConfig`]).
@@ -460,6 +462,10 @@ pub struct IngestConfig {
     pub dedup_retention: Duration,
     /// Samples older than arrival − this are not queued for remote-write (`None`: no sink).
     pub remote_write_max_age: Option<Duration>,
+    /// Decode a group's messages on a second thread, ahead of the one that writes them, where
+    /// the machine has two cores or more (`ingest::Decoding`): more messages per second from
+    /// one gateway, for more CPU time per message.
+    pub decode_ahead: bool,
 }
 
 impl Default for IngestConfig {
@@ -475,6 +481,7 @@ impl Default for IngestConfig {
             max_epochs_per_stream: DEFAULT_MAX_EPOCHS_PER_STREAM,
             dedup_retention: DEFAULT_DEDUP_RETENTION,
             remote_write_max_age: None,
+            decode_ahead: true,
         }
     }
 }
@@ -759,6 +766,7 @@ impl Config {
                 DEFAULT_DEDUP_RETENTION,
             )?,
             remote_write_max_age: remote_write.as_ref().map(|rw| rw.max_sample_age),
+            decode_ahead: ingest.decode_ahead.unwrap_or(true),
         };
 
         let store = &raw.store;

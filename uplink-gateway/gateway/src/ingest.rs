@@ -39,8 +39,14 @@
 //!   machine, and written only when they change: a redelivered group writes nothing new.
 //! - When remote-write is configured, every sample newly stored (and young enough for the sink's
 //!   out-of-order window) is queued in the outbox in the same transaction, one request per machine.
+//! - Decoding is pure, so where a second core is at hand a group's messages are decoded on a
+//!   second thread ([`Decoding::Ahead`]), a few chunks ahead of the thread that admits them in
+//!   their order. That changes when a message is decoded, never what the transaction writes: the
+//!   outcomes, counters and store are those of decoding inline (a proptest compares them), and a
+//!   failed transaction stops the decoding thread before `ingest` returns.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc;
 
 use edgewatch_proto::framing::{BatchDecoder, DecodeError};
 use edgewatch_proto::v1::{Batch, Event, MachineStatus, Tier};
@@ -179,20 +185,69 @@ pub struct IngestReport {
     pub outbox_ids: Vec<u64>,
 }
 
+/// Where a group's messages are decoded (zstd, protobuf, structure checks: pure work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoding {
+    /// On the thread that writes the transaction, each message just before it is admitted.
+    Inline,
+    /// On a second thread, ahead of the writing thread, for groups of at least `min_messages`
+    /// (smaller groups decode inline: starting the thread would cost more than it overlaps). The
+    /// transaction, its order and its outcome are those of [`Decoding::Inline`].
+    Ahead {
+        /// Smallest group decoded ahead.
+        min_messages: usize,
+    },
+}
+
+impl Decoding {
+    /// Decoding ahead where `decode_ahead` is set and the machine has a second core to run it
+    /// on, inline elsewhere.
+    pub fn for_this_machine(decode_ahead: bool) -> Self {
+        match std::thread::available_parallelism() {
+            Ok(cores) if decode_ahead && cores.get() >= 2 => Self::Ahead {
+                min_messages: DECODE_AHEAD_MIN_MESSAGES,
+            },
+            _ => Self::Inline,
+        }
+    }
+}
+
+/// Messages decoded per hand-over between the decoding thread and the writing one: each
+/// hand-over may wake a thread, so they go in chunks rather than one by one.
+const DECODE_CHUNK: usize = 8;
+/// Chunks the decoding thread may hold decoded ahead of the writing thread (with their batches,
+/// kept between groups and decoded into again).
+const DECODE_CHUNKS: usize = 4;
+/// Smallest group [`Decoding::for_this_machine`] decodes ahead: two chunks.
+pub const DECODE_AHEAD_MIN_MESSAGES: usize = 2 * DECODE_CHUNK;
+
+/// Messages decoded ahead of the writing thread: `validated[i]` is the validation of a message,
+/// `batches[i]` the batch it decoded into.
+#[derive(Default)]
+struct DecodedChunk {
+    validated: Vec<Result<Valid, Rejection>>,
+    batches: Vec<Batch>,
+}
+
 /// The ingest path over an open store.
 pub struct Ingestor {
     /// Shared with readers in the same process (the fleet page), which only read.
     store: std::sync::Arc<Store>,
     decoder: BatchDecoder,
-    /// The batch being ingested, decoded over the one before (its strings and lists reused).
+    /// The batch being ingested when decoding inline, decoded over the one before (its strings
+    /// and lists reused).
     batch: Batch,
     /// Series keys built for the batch being ingested, for the events after.
     keys: KeyMemo,
     config: IngestConfig,
+    decoding: Decoding,
+    /// The chunks of batches decoded ahead, between groups.
+    chunks: Vec<DecodedChunk>,
 }
 
 impl Ingestor {
-    /// An ingest path writing to `store`; fails only if the zstd decoder cannot start.
+    /// An ingest path writing to `store`, decoding as [`Decoding::for_this_machine`] says for
+    /// `config.decode_ahead`; fails only if the zstd decoder cannot start.
     pub fn new(store: Store, config: IngestConfig) -> Result<Self, DecodeError> {
         let decoder = BatchDecoder::new()?;
         Ok(Self {
@@ -200,8 +255,20 @@ impl Ingestor {
             decoder,
             batch: Batch::default(),
             keys: KeyMemo::default(),
+            decoding: Decoding::for_this_machine(config.decode_ahead),
             config,
+            chunks: Vec::new(),
         })
+    }
+
+    /// Decodes the next groups as `decoding` says.
+    pub fn set_decoding(&mut self, decoding: Decoding) {
+        self.decoding = decoding;
+    }
+
+    /// How groups are decoded.
+    pub fn decoding(&self) -> Decoding {
+        self.decoding
     }
 
     /// The store.
@@ -226,66 +293,199 @@ impl Ingestor {
         messages: &[Incoming<'_>],
         arrival_ns: i64,
     ) -> Result<IngestReport, StoreError> {
-        let decoder = &mut self.decoder;
-        let batch = &mut self.batch;
-        let keys = &mut self.keys;
-        let config = &self.config;
-        self.store.write(|writer| {
-            let mut report = IngestReport::default();
-            let mut remote: Vec<(String, Vec<Sample>)> = Vec::new();
-            let mut statuses: Vec<MachineStatus> = Vec::new();
+        if let Decoding::Ahead { min_messages } = self.decoding
+            && messages.len() >= min_messages.max(1)
+            && let Some(written) = self.ingest_decoding_ahead(messages, arrival_ns)
+        {
+            return written;
+        }
+        let Self {
+            store,
+            decoder,
+            batch,
+            keys,
+            config,
+            ..
+        } = self;
+        store.write(|writer| {
+            let mut group = GroupWrite::default();
             for message in messages {
-                let outcome = match validate(message.topic, message.payload, decoder, batch) {
-                    Ok(Valid::Batch) => ingest_batch(
-                        writer,
-                        config,
-                        batch,
-                        message.topic,
-                        arrival_ns,
-                        &mut report.stats,
-                        &mut remote,
-                        keys,
-                    )?,
-                    Ok(Valid::Status(status)) => {
-                        ingest_status(writer, config, &status, arrival_ns, &mut report.stats)?;
-                        // The online state as of the group: a machine's last status in it.
-                        statuses.retain(|s| s.machine_id != status.machine_id);
-                        statuses.push(status);
-                        Outcome::Status
-                    }
-                    Err(rejection) => {
-                        let reason = rejection.reason();
-                        if let Some(index) = Rejection::REASONS.iter().position(|r| *r == reason)
-                        {
-                            report.stats.rejected[index] += 1;
-                        }
-                        tracing::warn!(topic = %truncate(message.topic), reason, error = %rejection, "Message refused; dead-lettered.");
-                        report.stats.dead_letters_dropped += writer.dead_letter(&DeadLetter {
-                            arrival_ns,
-                            source: DeadLetterSource::Mqtt,
-                            reason: format!("{reason}: {rejection}"),
-                            topic: message.topic.to_owned(),
-                            payload_len: message.payload.len() as u64,
-                            payload: message.payload.to_vec(),
-                        })?;
-                        Outcome::DeadLettered { reason }
-                    }
-                };
-                report.outcomes.push(outcome);
+                let validated = validate(message.topic, message.payload, decoder, batch);
+                group.message(writer, config, keys, message, validated, batch, arrival_ns)?;
             }
-            for status in &statuses {
-                write_online(writer, config, status, arrival_ns, &mut report.stats, &mut remote)?;
-            }
-            for (_, samples) in &remote {
-                if samples.is_empty() {
-                    continue;
-                }
-                let refs: Vec<&Sample> = samples.iter().collect();
-                let body = build_request(&refs).encode_to_vec();
-                report.outbox_ids.push(writer.outbox_push(&body)?);
-            }
-            Ok(report)
+            group.finish(writer, config, arrival_ns)
         })
+    }
+
+    /// [`Ingestor::ingest`] with the messages decoded on a second thread, chunk by chunk, while
+    /// this one admits the chunks decoded before. `None` if the thread could not start (nothing
+    /// was written).
+    fn ingest_decoding_ahead(
+        &mut self,
+        messages: &[Incoming<'_>],
+        arrival_ns: i64,
+    ) -> Option<Result<IngestReport, StoreError>> {
+        let Self {
+            store,
+            decoder,
+            keys,
+            config,
+            chunks,
+            ..
+        } = self;
+        let (decoded_tx, decoded_rx) = mpsc::channel::<DecodedChunk>();
+        let (free_tx, free_rx) = mpsc::channel::<DecodedChunk>();
+        chunks.resize_with(DECODE_CHUNKS, DecodedChunk::default);
+        for chunk in chunks.drain(..) {
+            // Cannot fail: `free_rx` is alive.
+            let _ = free_tx.send(chunk);
+        }
+        std::thread::scope(|scope| {
+            let decoding = std::thread::Builder::new()
+                .name("ingest-decode".to_owned())
+                .spawn_scoped(scope, move || {
+                    for part in messages.chunks(DECODE_CHUNK) {
+                        // Waits while every chunk is decoded and not yet admitted; fails once
+                        // the writer stopped (its transaction failed).
+                        let Ok(mut chunk) = free_rx.recv() else { break };
+                        chunk.validated.clear();
+                        if chunk.batches.len() < part.len() {
+                            chunk.batches.resize_with(part.len(), Batch::default);
+                        }
+                        for (message, batch) in part.iter().zip(&mut chunk.batches) {
+                            chunk.validated.push(validate(
+                                message.topic,
+                                message.payload,
+                                decoder,
+                                batch,
+                            ));
+                        }
+                        if decoded_tx.send(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    free_rx
+                })
+                .ok()?;
+            // The closure owns the writer's ends of both channels: whether it returns, fails or
+            // never runs, they are dropped with it, so the decoding thread never waits for it.
+            let written = store.write(move |writer| {
+                let mut group = GroupWrite::default();
+                for part in messages.chunks(DECODE_CHUNK) {
+                    let Ok(mut chunk) = decoded_rx.recv() else {
+                        // Nothing of the group may commit; the thread's panic follows.
+                        panic!("the decoding thread stopped before the group's end");
+                    };
+                    for ((message, validated), batch) in part
+                        .iter()
+                        .zip(chunk.validated.drain(..))
+                        .zip(&chunk.batches)
+                    {
+                        group
+                            .message(writer, config, keys, message, validated, batch, arrival_ns)?;
+                    }
+                    let _ = free_tx.send(chunk);
+                }
+                group.finish(writer, config, arrival_ns)
+            });
+            match decoding.join() {
+                Ok(free_rx) => chunks.extend(free_rx.try_iter()),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+            Some(written)
+        })
+    }
+}
+
+/// What a group's transaction gathers over its messages, written at its end.
+#[derive(Default)]
+struct GroupWrite {
+    report: IngestReport,
+    /// Samples newly stored, per machine, for the remote-write outbox.
+    remote: Vec<(String, Vec<Sample>)>,
+    /// Each machine's last status in the group.
+    statuses: Vec<MachineStatus>,
+}
+
+impl GroupWrite {
+    /// Ingests one message, given its validation (a batch's decoded into `batch`).
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &mut self,
+        writer: &mut Writer<'_>,
+        config: &IngestConfig,
+        keys: &mut KeyMemo,
+        message: &Incoming<'_>,
+        validated: Result<Valid, Rejection>,
+        batch: &Batch,
+        arrival_ns: i64,
+    ) -> Result<(), StoreError> {
+        let stats = &mut self.report.stats;
+        let outcome = match validated {
+            Ok(Valid::Batch) => ingest_batch(
+                writer,
+                config,
+                batch,
+                message.topic,
+                arrival_ns,
+                stats,
+                &mut self.remote,
+                keys,
+            )?,
+            Ok(Valid::Status(status)) => {
+                ingest_status(writer, config, &status, arrival_ns, stats)?;
+                // The online state as of the group: a machine's last status in it.
+                self.statuses.retain(|s| s.machine_id != status.machine_id);
+                self.statuses.push(status);
+                Outcome::Status
+            }
+            Err(rejection) => {
+                let reason = rejection.reason();
+                if let Some(index) = Rejection::REASONS.iter().position(|r| *r == reason) {
+                    stats.rejected[index] += 1;
+                }
+                tracing::warn!(topic = %truncate(message.topic), reason, error = %rejection, "Message refused; dead-lettered.");
+                stats.dead_letters_dropped += writer.dead_letter(&DeadLetter {
+                    arrival_ns,
+                    source: DeadLetterSource::Mqtt,
+                    reason: format!("{reason}: {rejection}"),
+                    topic: message.topic.to_owned(),
+                    payload_len: message.payload.len() as u64,
+                    payload: message.payload.to_vec(),
+                })?;
+                Outcome::DeadLettered { reason }
+            }
+        };
+        self.report.outcomes.push(outcome);
+        Ok(())
+    }
+
+    /// Writes what the group gathered: each machine's online state, the remote-write requests.
+    fn finish(
+        mut self,
+        writer: &mut Writer<'_>,
+        config: &IngestConfig,
+        arrival_ns: i64,
+    ) -> Result<IngestReport, StoreError> {
+        for status in &self.statuses {
+            write_online(
+                writer,
+                config,
+                status,
+                arrival_ns,
+                &mut self.report.stats,
+                &mut self.remote,
+            )?;
+        }
+        for (_, samples) in &self.remote {
+            if samples.is_empty() {
+                continue;
+            }
+            let refs: Vec<&Sample> = samples.iter().collect();
+            let body = build_request(&refs).encode_to_vec();
+            self.report.outbox_ids.push(writer.outbox_push(&body)?);
+        }
+        Ok(self.report)
     }
 }
 
@@ -1151,4 +1351,101 @@ fn ingest_batch(
         new_events,
         duplicate_events,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+    use edgewatch_proto::framing::encode_batch;
+    use edgewatch_proto::v1::{DeadlineCounters, Event, LoopRef, event};
+
+    use super::*;
+
+    const ARRIVAL: i64 = 1_800_000_000_000_000_000;
+
+    /// One SLO batch of `machine`, events `first..first + 5`.
+    fn message(machine: &str, first: u64) -> (String, Vec<u8>) {
+        let events = (first..first + 5)
+            .map(|seq| Event {
+                seq,
+                event_time_unix_ns: ARRIVAL - 3_600_000_000_000 + seq as i64 * 1_000_000_000,
+                monotonic_ns: seq,
+                kind: Some(event::Kind::DeadlineCounters(DeadlineCounters {
+                    control_loop: Some(LoopRef {
+                        loop_id: 1,
+                        loop_name: "planner".into(),
+                    }),
+                    cycles: 100 * seq,
+                    ..Default::default()
+                })),
+            })
+            .collect();
+        let batch = Batch {
+            schema_version: 1,
+            machine_id: machine.to_owned(),
+            site_id: "pit-3".into(),
+            agent_epoch: 1,
+            tier: Tier::Slo as i32,
+            first_seq: first,
+            last_seq: first + 4,
+            sent_time_unix_ns: ARRIVAL,
+            events,
+            machine_class: "haul-truck".into(),
+            agent_version: String::new(),
+        };
+        (
+            format!("edgewatch/v1/pit-3/{machine}/slo"),
+            encode_batch(&batch).unwrap(),
+        )
+    }
+
+    fn incoming(messages: &[(String, Vec<u8>)]) -> Vec<Incoming<'_>> {
+        messages
+            .iter()
+            .map(|(topic, payload)| Incoming { topic, payload })
+            .collect()
+    }
+
+    /// A transaction that fails in the middle of a group decoded ahead returns its error with
+    /// nothing of the group stored, the decoding thread stopped; the next group goes through.
+    #[test]
+    fn a_failed_transaction_decoding_ahead_stores_nothing_and_the_next_group_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let mut ingestor =
+            Ingestor::new(Store::open_path(&path).unwrap(), IngestConfig::default()).unwrap();
+        ingestor
+            .ingest(&incoming(&[message("truck-0", 1)]), ARRIVAL)
+            .unwrap();
+        ingestor.store().write(|w| w.corrupt_open_chunks()).unwrap();
+        drop(ingestor);
+        let mut ingestor =
+            Ingestor::new(Store::open_path(&path).unwrap(), IngestConfig::default()).unwrap();
+        ingestor.set_decoding(Decoding::Ahead { min_messages: 1 });
+        // Forty batches of other machines, then one of truck-0, whose chunk is corrupt, then
+        // more: the transaction fails five chunks in, with the decoding thread ahead of it.
+        let mut group: Vec<(String, Vec<u8>)> = (0..40)
+            .map(|m| message(&format!("truck-{}", m + 1), 1))
+            .collect();
+        group.push(message("truck-0", 6));
+        group.extend((0..40).map(|m| message(&format!("truck-{}", m + 1), 6)));
+        let error = ingestor.ingest(&incoming(&group), ARRIVAL).unwrap_err();
+        assert!(matches!(error, StoreError::CorruptChunk { .. }), "{error}");
+        let streams = ingestor.store().dedup_streams().unwrap();
+        assert_eq!(
+            streams
+                .iter()
+                .map(|s| s.machine.as_str())
+                .collect::<Vec<_>>(),
+            ["truck-0"],
+            "nothing of the failed group is stored"
+        );
+        // The same group without truck-0 commits, decoded ahead again.
+        group.remove(40);
+        let report = ingestor.ingest(&incoming(&group), ARRIVAL).unwrap();
+        assert_eq!(report.outcomes.len(), 80);
+        assert_eq!(report.stats.events_new, 80 * 5);
+        assert_eq!(ingestor.store().dedup_streams().unwrap().len(), 41);
+    }
 }

@@ -1915,6 +1915,25 @@ impl Writer<'_> {
 }
 
 #[cfg(test)]
+impl Writer<'_> {
+    /// Overwrites every open chunk with bytes no chunk decodes from: for tests of the paths that
+    /// must stop on a corrupt chunk (the writer's cache of last chunks is the file's only after
+    /// the store is reopened).
+    pub(crate) fn corrupt_open_chunks(&mut self) -> Result<(), StoreError> {
+        let keys: Vec<(u64, i64)> = self
+            .samples
+            .open
+            .iter()?
+            .map(|entry| entry.map(|(key, _)| key.value()))
+            .collect::<Result<_, _>>()?;
+        for key in keys {
+            self.samples.open.insert(key, [9u8, 9, 9].as_slice())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use edgewatch_gateway::config::IngestConfig;
-use edgewatch_gateway::ingest::{Incoming, Ingestor, Outcome};
+use edgewatch_gateway::config::{DEFAULT_RECEIVE_MAXIMUM, IngestConfig};
+use edgewatch_gateway::ingest::{DECODE_AHEAD_MIN_MESSAGES, Decoding, Incoming, Ingestor, Outcome};
 use edgewatch_gateway::store::Store;
 use edgewatch_proto::framing::encode_batch;
 use edgewatch_proto::v1::{
@@ -339,4 +339,109 @@ proptest! {
             prop_assert_eq!(&received, &model);
         }
     }
+}
+
+/// A message of a group that decodes ahead or inline: a wild one, a batch of one of two
+/// streams that the path admits, or a status of one of those machines.
+fn group_message() -> impl Strategy<Value = (String, Vec<u8>)> {
+    prop_oneof![
+        2 => (topic(), payload()),
+        4 => (0usize..2, 1u64..3, 1u64..40, 1u64..6).prop_map(|(m, epoch, first, len)| {
+            let batch = stream_batch(m, epoch, first, len);
+            (
+                format!("edgewatch/v1/pit-3/{}/slo", batch.machine_id),
+                encode_batch(&batch).unwrap(),
+            )
+        }),
+        1 => (0usize..2, any::<bool>()).prop_map(|(m, online)| {
+            let status = MachineStatus {
+                schema_version: 1,
+                machine_id: format!("truck-{m}"),
+                site_id: "pit-3".into(),
+                online,
+                time_unix_ns: ARRIVAL,
+                ..Default::default()
+            };
+            (
+                format!("edgewatch/v1/pit-3/truck-{m}/status"),
+                status.encode_to_vec(),
+            )
+        }),
+    ]
+}
+
+/// Everything a store holds that the ingest path writes, in a comparable form.
+fn store_contents(store: &Store) -> String {
+    let mut contents = String::new();
+    for metric in store.metrics().unwrap() {
+        contents += &format!(
+            "{metric}: {:?}\n",
+            store.query(&metric, i64::MIN, i64::MAX).unwrap()
+        );
+    }
+    contents += &format!("dead letters: {:?}\n", store.dead_letters().unwrap());
+    contents += &format!("dedup: {:?}\n", store.dedup_streams().unwrap());
+    contents += &format!("outbox: {:?}\n", store.outbox().unwrap());
+    for machine in ["truck-0", "truck-1", "truck-17"] {
+        contents += &format!("{machine}: {:?}\n", store.machine_state(machine).unwrap());
+    }
+    contents
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Decoding a group ahead on a second thread, in chunks, changes nothing the path reports or
+    /// stores: the same groups ingested with the messages decoded inline give the same outcomes,
+    /// counters, outbox requests and store contents, group by group.
+    #[test]
+    fn decoding_ahead_reports_and_stores_what_decoding_inline_does(
+        groups in prop::collection::vec(prop::collection::vec(group_message(), 1..40), 1..4),
+    ) {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut inline = ingestor(dirs[0].path());
+        inline.set_decoding(Decoding::Inline);
+        let mut ahead = ingestor(dirs[1].path());
+        ahead.set_decoding(Decoding::Ahead { min_messages: 1 });
+        for group in &groups {
+            let incoming: Vec<Incoming<'_>> = group
+                .iter()
+                .map(|(topic, payload)| Incoming { topic, payload })
+                .collect();
+            let expected = inline.ingest(&incoming, ARRIVAL).unwrap();
+            let report = ahead.ingest(&incoming, ARRIVAL).unwrap();
+            prop_assert_eq!(&report.outcomes, &expected.outcomes);
+            prop_assert_eq!(&report.stats, &expected.stats);
+            prop_assert_eq!(&report.outbox_ids, &expected.outbox_ids);
+            prop_assert_eq!(store_contents(ahead.store()), store_contents(inline.store()));
+        }
+    }
+}
+
+/// The packaged default decodes ahead where it has two cores, for groups far smaller than the
+/// default Receive Maximum, and inline on one core or with `decode_ahead = false`.
+#[test]
+fn the_default_decodes_ahead_with_a_second_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let expected = if cores >= 2 {
+        Decoding::Ahead {
+            min_messages: DECODE_AHEAD_MIN_MESSAGES,
+        }
+    } else {
+        Decoding::Inline
+    };
+    assert!(IngestConfig::default().decode_ahead);
+    assert_eq!(ingestor(dir.path()).decoding(), expected);
+    assert!(DECODE_AHEAD_MIN_MESSAGES <= usize::from(DEFAULT_RECEIVE_MAXIMUM) / 8);
+    let off = IngestConfig {
+        decode_ahead: false,
+        ..IngestConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ingestor = Ingestor::new(
+        Store::open_path(&dir.path().join("store.redb")).unwrap(),
+        off,
+    );
+    assert_eq!(ingestor.unwrap().decoding(), Decoding::Inline);
 }
