@@ -31,7 +31,7 @@ use edgewatch_gateway::config::{IngestConfig, RemoteWriteConfig};
 use edgewatch_gateway::ingest::{Incoming, Ingestor};
 use edgewatch_gateway::remote_write::{RemoteWriter, SendStats, WriteRequest};
 use edgewatch_gateway::store::Store;
-use ingest_payloads::{GROUP, loadavg, median, payloads};
+use ingest_payloads::{DECODINGS, GROUP, loadavg, median, payloads};
 use prost::Message as _;
 
 const RUNS: usize = 3;
@@ -289,67 +289,80 @@ fn main() {
         merged.len()
     );
 
-    let (mut gateway, mut queued, mut merged_rate) = (Vec::new(), Vec::new(), Vec::new());
-    // CPU µs per sample, and cores used (CPU time over wall time), per side.
-    let (mut cpu_per_sample, mut cores) =
-        ([(); 3].map(|_| Vec::new()), [(); 3].map(|_| Vec::new()));
+    // Samples/s, CPU µs per sample and cores used (CPU time over wall time), per side: the
+    // gateway decoding inline, the gateway decoding ahead, VictoriaMetrics as queued, merged.
+    let sides = DECODINGS.len() + 2;
+    let mut rate = vec![Vec::new(); sides];
+    let mut cpu_per_sample = vec![Vec::new(); sides];
+    let mut cores = vec![Vec::new(); sides];
     for _ in 0..RUNS {
         // The gateway: the whole ingest path (decode … durable commit), as the ingest bench.
-        let dir = tempfile::tempdir().unwrap();
-        let mut ingestor = Ingestor::new(
-            Store::open_path(&dir.path().join("bench.redb")).unwrap(),
-            IngestConfig::default(),
-        )
-        .unwrap();
-        let cpu_started = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
-        let started = Instant::now();
-        let (samples, _) = ingest_all(&mut ingestor, &payloads, arrival_ns);
-        let elapsed = started.elapsed().as_secs_f64();
-        let cpu = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_started;
-        assert_eq!(samples, stored);
-        gateway.push(samples as f64 / elapsed);
-        cpu_per_sample[0].push(cpu * 1e6 / stored as f64);
-        cores[0].push(cpu / elapsed);
-        drop(ingestor);
+        for (side, (_, decoding)) in DECODINGS.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let mut ingestor = Ingestor::new(
+                Store::open_path(&dir.path().join("bench.redb")).unwrap(),
+                IngestConfig::default(),
+            )
+            .unwrap();
+            ingestor.set_decoding(decoding);
+            let cpu_started = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID);
+            let started = Instant::now();
+            let (samples, _) = ingest_all(&mut ingestor, &payloads, arrival_ns);
+            let elapsed = started.elapsed().as_secs_f64();
+            let cpu = ingest_payloads::cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_started;
+            assert_eq!(samples, stored);
+            rate[side].push(samples as f64 / elapsed);
+            cpu_per_sample[side].push(cpu * 1e6 / stored as f64);
+            cores[side].push(cpu / elapsed);
+        }
 
         // VictoriaMetrics, fresh each time.
-        for (side, (sink, bodies)) in [(&mut queued, &requests), (&mut merged_rate, &merged)]
-            .into_iter()
-            .enumerate()
-        {
+        for (side, bodies) in [&requests, &merged].into_iter().enumerate() {
+            let side = DECODINGS.len() + side;
             let (elapsed, cpu) = send_all(&binary, bodies, stored);
-            sink.push(stored as f64 / elapsed);
-            cpu_per_sample[side + 1].push(cpu * 1e6 / stored as f64);
-            cores[side + 1].push(cpu / elapsed);
+            rate[side].push(stored as f64 / elapsed);
+            cpu_per_sample[side].push(cpu * 1e6 / stored as f64);
+            cores[side].push(cpu / elapsed);
         }
     }
-    let cpu_per_sample = cpu_per_sample.map(|mut runs| median(&mut runs));
-    let cores = cores.map(|mut runs| median(&mut runs));
-    let gateway = median(&mut gateway);
+    let [rate, cpu_per_sample, cores] = [rate, cpu_per_sample, cores].map(|sides| -> Vec<f64> {
+        sides
+            .into_iter()
+            .map(|mut runs| median(&mut runs))
+            .collect()
+    });
+    // The gateway as packaged on a machine with two cores or more.
+    let gateway = rate[DECODINGS.len() - 1];
     println!(
-        "| side | samples/s (median of {RUNS}) | gateway / this | CPU µs per sample | cores used \
-         | durable when acknowledged |"
+        "| side | samples/s (median of {RUNS}) | gateway (decoded ahead) / this | CPU µs per \
+         sample | cores used | durable when acknowledged |"
     );
     println!("|---|---|---|---|---|---|");
-    println!(
-        "| gateway, full ingest (decode … redb commit, fsync per group of {GROUP}) | {gateway:.0} \
-         | 1.00× | {:.3} | {:.2} | yes |",
-        cpu_per_sample[0], cores[0]
-    );
-    for (side, (name, mut rates)) in [
-        ("as queued, one request per machine and group", queued),
-        ("merged, one request per group", merged_rate),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let rate = median(&mut rates);
+    let mut names: Vec<String> = DECODINGS
+        .iter()
+        .map(|(name, _)| {
+            format!(
+                "gateway, full ingest {name} (decode … redb commit, fsync per group of {GROUP})"
+            )
+        })
+        .collect();
+    for name in [
+        "as queued, one request per machine and group",
+        "merged, one request per group",
+    ] {
+        names.push(format!(
+            "VictoriaMetrics, remote-write {name} (in-memory buffers, flushed to disk about \
+             every second)"
+        ));
+    }
+    for (side, name) in names.iter().enumerate() {
+        let durable = if side < DECODINGS.len() { "yes" } else { "no" };
         println!(
-            "| VictoriaMetrics, remote-write {name} (in-memory buffers, flushed to disk about \
-             every second) | {rate:.0} | {:.2}× | {:.3} | {:.2} | no |",
-            gateway / rate,
-            cpu_per_sample[side + 1],
-            cores[side + 1]
+            "| {name} | {:.0} | {:.2}× | {:.3} | {:.2} | {durable} |",
+            rate[side],
+            gateway / rate[side],
+            cpu_per_sample[side],
+            cores[side]
         );
     }
     println!("load average after: {}", loadavg());

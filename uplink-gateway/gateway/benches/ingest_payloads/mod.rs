@@ -5,6 +5,7 @@
 // Each benchmark uses a part of it.
 #![allow(dead_code)]
 
+use edgewatch_gateway::ingest::{DECODE_AHEAD_MIN_MESSAGES, Decoding};
 use edgewatch_proto::framing::encode_batch;
 use edgewatch_proto::v1::{
     Batch, DeadlineCounters, EnergyCounters, Event, LoopRef, ModelVersion, RailEnergy, Tier, event,
@@ -137,3 +138,15 @@ pub fn write_bytes() -> u64 {
         .find_map(|line| line.strip_prefix("write_bytes: ")?.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The gateway's two ways of decoding a group, each benched into a fresh store: inline (one
+/// thread), and ahead on a second thread (what `Ingestor::new` picks with two cores or more).
+pub const DECODINGS: [(&str, Decoding); 2] = [
+    ("decoded inline", Decoding::Inline),
+    (
+        "decoded ahead",
+        Decoding::Ahead {
+            min_messages: DECODE_AHEAD_MIN_MESSAGES,
+        },
+    ),
+];
