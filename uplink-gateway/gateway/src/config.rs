@@ -543,14 +543,21 @@ fn duration(
 impl Config {
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|error| {
-            let key = error
-                .message()
-                .split('`')
-                .nth(1)
-                .unwrap_or("(file)")
-                .to_owned();
-            ConfigError::new(key, error.message())
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|error| ConfigError::new("(file)", error.to_string()))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let message = error.inner().message();
+            let table = error.path().to_string();
+            // A missing key's path ends at its table; the key is in the message.
+            let key = match message
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                Some(missing) if table == "." => missing.to_owned(),
+                Some(missing) => format!("{table}.{missing}"),
+                None => table,
+            };
+            ConfigError::new(key, message)
         })?;
         Self::from_raw(raw)
     }
@@ -933,7 +940,29 @@ mod tests {
     fn an_unknown_key_is_named_in_the_error() {
         let text = MINIMAL.replace("client_id", "colour = \"red\"\nclient_id");
         let error = Config::from_toml(&text).unwrap_err();
-        assert_eq!(error.key, "colour");
+        assert_eq!(error.key, "mqtt.colour");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_or_a_missing_key_is_named_by_its_path() {
+        for (line, key) in [
+            ("decode_ahead = \"yes\"", "ingest.decode_ahead"),
+            (
+                "max_series_per_machine = \"x\"",
+                "ingest.max_series_per_machine",
+            ),
+        ] {
+            let text = MINIMAL.replace("[store]", &format!("[ingest]\n{line}\n[store]"));
+            let error = Config::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, key, "{error}");
+        }
+        let error = Config::from_toml("").unwrap_err();
+        assert_eq!(error.key, "mqtt");
+        let error = Config::from_toml("[mqtt]\nhost = \"x\"\n").unwrap_err();
+        assert_eq!(error.key, "mqtt.client_id");
+        let error = Config::from_toml("[mqtt\nhost = 1").unwrap_err();
+        assert_eq!(error.key, "(file)");
+        assert!(error.to_string().contains("line 1"), "{error}");
     }
 
     #[test]
