@@ -29,7 +29,7 @@ use edgewatch_harness::mosquitto::Mosquitto;
 use edgewatch_harness::proxy::{Fault, FaultProxy};
 
 use super::{Check, LevelError, cpu_split, wait_for};
-use crate::malloc_count::{Counts, MallocCounter};
+use crate::malloc_count::{self, Counts, MallocCounter};
 use crate::procfs;
 use crate::rig::{
     AgentSpec, Binaries, FakeSysfs, LoopProcess, LoopSpec, ProbeSpec, RigAgent, dead_port,
@@ -100,6 +100,9 @@ pub struct SteadyState {
     pub events_in_window: Option<u64>,
     /// What the agent logged during this window (its last 2,000 bytes; empty in steady state).
     pub log_in_window: String,
+    /// The malloc-family calls of the window, each with its time after the window's start and
+    /// its size ([`crate::malloc_count::Trace::describe`]; empty when there were none).
+    pub allocation_trace: String,
     /// The kernel's page work during this window, system-wide (`None` if `/proc/vmstat` could
     /// not be read).
     pub page_work_in_window: Option<procfs::PageWork>,
@@ -138,9 +141,9 @@ impl SteadyState {
     }
 }
 
-/// How long after a window the queue's status snapshot (rewritten every second) is read, so that
-/// it covers the window's end.
-const SNAPSHOT_LAG: Duration = Duration::from_millis(1500);
+/// How long after a window the level waits for a queue status snapshot (rewritten every second,
+/// later when the idle-priority agent waits for a busy core) written after the window's end.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(15);
 
 /// The last `max` bytes of `text` (from a character boundary).
 fn last_bytes(text: &str, max: usize) -> String {
@@ -154,14 +157,42 @@ fn last_bytes(text: &str, max: usize) -> String {
 /// Events the agent's queue has taken since it started, all tiers (durable or pending), from its
 /// status snapshot; `None` while there is none to read.
 fn events_taken(queue_status: &std::path::Path) -> Option<u64> {
+    events_taken_as_of(queue_status).map(|(events, _)| events)
+}
+
+/// [`events_taken`] with the snapshot's time (ms since the Unix epoch).
+fn events_taken_as_of(queue_status: &std::path::Path) -> Option<(u64, u64)> {
     let status = edgewatch_queue::read_snapshot(queue_status).ok()?;
-    Some(
-        status
-            .tiers
-            .iter()
-            .map(|(_, tier)| tier.durable_seq + tier.pending)
-            .sum(),
-    )
+    let events = status
+        .tiers
+        .iter()
+        .map(|(_, tier)| tier.durable_seq + tier.pending)
+        .sum();
+    Some((events, status.as_of_unix_ms))
+}
+
+/// [`events_taken`] by the first snapshot written at or after `not_before_unix_ms`, waiting up to
+/// `wait` for it: an older snapshot would miss an event at the window's end. `None` when none
+/// came.
+fn events_taken_after(
+    queue_status: &std::path::Path,
+    not_before_unix_ms: u64,
+    wait: Duration,
+) -> Option<u64> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match events_taken_as_of(queue_status) {
+            Some((events, as_of)) if as_of >= not_before_unix_ms => return Some(events),
+            _ if Instant::now() >= deadline => return None,
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What the drain path cost (reported, not gated).
@@ -332,17 +363,25 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         let pages_before = procfs::page_work().ok();
         let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
         let started = Instant::now();
+        let started_ns = malloc_count::monotonic_ns();
+        counter.arm()?;
         std::thread::sleep(config.window);
+        counter.disarm()?;
         let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let allocation_trace = counter.trace()?.describe(started_ns);
         let page_work_in_window = pages_before
             .zip(procfs::page_work().ok())
             .map(|(before, after)| after.since(&before));
         let window_s = started.elapsed().as_secs_f64();
+        let ended_unix_ms = unix_ms_now();
         let log_in_window = last_bytes(agent.log().get(log_before..).unwrap_or_default(), 2000);
-        std::thread::sleep(SNAPSHOT_LAG);
         // Without a snapshot to compare the window is judged as it is, and the report says so.
         let events_in_window = taken_before
-            .zip(events_taken(&queue_status))
+            .zip(events_taken_after(
+                &queue_status,
+                ended_unix_ms,
+                SNAPSHOT_WAIT,
+            ))
             .map(|(before, after)| after.saturating_sub(before));
         let steady = SteadyState {
             window_s,
@@ -356,6 +395,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             events_in_window,
             log_in_window,
             page_work_in_window,
+            allocation_trace,
         };
         // The last window allowed is judged whatever it holds.
         match steady.reason_to_set_aside() {
@@ -435,7 +475,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         "No heap allocation in steady state",
         c1.loaded && steady.allocations.allocations == 0,
         format!(
-            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside before it: {}; the agent logged in the window: {}",
+            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside before it: {}; the agent logged in the window: {}{}",
             steady.allocations.allocations,
             steady.allocations.bytes,
             steady.allocations.frees,
@@ -449,6 +489,11 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
                 "nothing".to_owned()
             } else {
                 format!("{:?}", steady.log_in_window)
+            },
+            if steady.allocation_trace.is_empty() {
+                String::new()
+            } else {
+                format!("; the calls: {}", steady.allocation_trace)
             }
         ),
     ));
@@ -634,5 +679,44 @@ mod tests {
         // Without a reading of the kernel's work, or of the queue, the window is judged.
         assert_eq!(window(1, 0, Some(0), None).reason_to_set_aside(), None);
         assert_eq!(window(0, 0, None, MIGRATED).reason_to_set_aside(), None);
+    }
+
+    fn write_snapshot(file: &std::path::Path, as_of_unix_ms: u64, safety_durable: u64) {
+        let mut status = edgewatch_queue::QueueStatus {
+            as_of_unix_ms,
+            store_available: true,
+            ..Default::default()
+        };
+        status.tiers.safety.durable_seq = safety_durable;
+        edgewatch_queue::status::write_snapshot(file, &status, &mut String::new()).unwrap();
+    }
+
+    #[test]
+    fn the_events_after_a_window_come_from_a_snapshot_written_after_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("queue-status");
+        // Written before the window ended (a starved agent): not an answer, however long one
+        // waits.
+        write_snapshot(&file, 1_000, 7);
+        assert_eq!(events_taken(&file), Some(7));
+        assert_eq!(
+            events_taken_after(&file, 2_000, Duration::from_millis(300)),
+            None
+        );
+        // The agent gets the core back and rewrites it while the level waits.
+        let writer = {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                write_snapshot(&file, 2_000, 9);
+            })
+        };
+        assert_eq!(
+            events_taken_after(&file, 2_000, Duration::from_secs(10)),
+            Some(9)
+        );
+        writer.join().unwrap();
+        // One written after the end answers at once.
+        assert_eq!(events_taken_after(&file, 1_500, Duration::ZERO), Some(9));
     }
 }
