@@ -172,18 +172,25 @@ pub fn context_switches(pid: u32) -> Result<(u64, u64), ProcError> {
 /// On-CPU time in nanoseconds summed over the live threads (`/proc/<pid>/task/*/schedstat`,
 /// first field): finer than the clock ticks of `stat`.
 pub fn cpu_ns(pid: u32) -> Result<u64, ProcError> {
+    schedstat_sum(pid, 0, "run time")
+}
+
+/// Time in nanoseconds the live threads spent runnable but waiting for a CPU, summed
+/// (`/proc/<pid>/task/*/schedstat`, second field): how long other processes kept them off a core.
+pub fn run_queue_wait_ns(pid: u32) -> Result<u64, ProcError> {
+    schedstat_sum(pid, 1, "run-queue wait")
+}
+
+fn schedstat_sum(pid: u32, index: usize, field: &'static str) -> Result<u64, ProcError> {
     let mut total = 0;
     for tid in tasks(pid)? {
         let path = format!("/proc/{pid}/task/{tid}/schedstat");
         let text = read(&path)?;
         total += text
             .split_whitespace()
-            .next()
+            .nth(index)
             .and_then(|v| v.parse::<u64>().ok())
-            .ok_or(ProcError::Field {
-                path,
-                field: "run time",
-            })?;
+            .ok_or(ProcError::Field { path, field })?;
     }
     Ok(total)
 }
@@ -427,5 +434,51 @@ mod tests {
         assert_eq!(parse_steal(text, None), Some(90));
         assert_eq!(parse_steal(text, Some(1)), Some(50));
         assert_eq!(parse_steal(text, Some(2)), None);
+    }
+
+    #[test]
+    fn three_threads_spinning_on_one_cpu_wait_twice_as_long_as_they_run() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Barrier};
+
+        let pid = std::process::id();
+        let cpu = own_cpus().first().copied().unwrap_or(0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Barrier::new(4));
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (stop, started) = (stop.clone(), started.clone());
+                std::thread::spawn(move || {
+                    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET adds one CPU; pid 0 is the
+                    // calling thread.
+                    let pinned = unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(cpu, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+                    };
+                    started.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                    pinned
+                })
+            })
+            .collect();
+        started.wait();
+        let before = (run_queue_wait_ns(pid).unwrap(), cpu_ns(pid).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let after = (run_queue_wait_ns(pid).unwrap(), cpu_ns(pid).unwrap());
+        stop.store(true, Ordering::Relaxed);
+        for thread in threads {
+            assert_eq!(thread.join().unwrap(), 0, "pinning a thread to CPU {cpu}");
+        }
+        // Three threads runnable on one CPU for 400 ms ran about 400 ms together and waited about
+        // 800 ms (each two thirds of the time); other processes on that CPU only add waiting.
+        let waited = after.0.saturating_sub(before.0);
+        let ran = after.1.saturating_sub(before.1);
+        assert!(
+            waited >= 200_000_000 && waited as f64 >= 1.3 * ran as f64,
+            "waited {waited} ns, ran {ran} ns"
+        );
     }
 }

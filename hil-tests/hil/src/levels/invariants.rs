@@ -103,6 +103,10 @@ pub struct SteadyState {
     /// The malloc-family calls of the window, each with its time after the window's start and
     /// its size ([`crate::malloc_count::Trace::describe`]; empty when there were none).
     pub allocation_trace: String,
+    /// Seconds the agent was runnable but kept off a core by other processes during the window
+    /// (`None` if `/proc/<pid>/task/*/schedstat` could not be read). A SCHED_IDLE agent on a
+    /// busy machine can wait long enough for a probe ring to overrun (an event).
+    pub run_queue_wait_s: Option<f64>,
     /// The kernel's page work during this window, system-wide (`None` if `/proc/vmstat` could
     /// not be read).
     pub page_work_in_window: Option<procfs::PageWork>,
@@ -362,12 +366,16 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         let log_before = agent.log().len();
         let pages_before = procfs::page_work().ok();
         let (c0, s0, k0) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let waited_before = procfs::run_queue_wait_ns(pid).ok();
         let started = Instant::now();
         let started_ns = malloc_count::monotonic_ns();
         counter.arm()?;
         std::thread::sleep(config.window);
         counter.disarm()?;
         let (c1, s1, k1) = (counter.read()?, procfs::stat(pid)?, cycles());
+        let run_queue_wait_s = waited_before
+            .zip(procfs::run_queue_wait_ns(pid).ok())
+            .map(|(before, after)| after.saturating_sub(before) as f64 / 1e9);
         let allocation_trace = counter.trace()?.describe(started_ns);
         let page_work_in_window = pages_before
             .zip(procfs::page_work().ok())
@@ -396,6 +404,7 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
             log_in_window,
             page_work_in_window,
             allocation_trace,
+            run_queue_wait_s,
         };
         // The last window allowed is judged whatever it holds.
         match steady.reason_to_set_aside() {
@@ -475,12 +484,15 @@ pub fn run(bins: &Binaries, config: &InvariantsConfig) -> Result<InvariantsRepor
         "No heap allocation in steady state",
         c1.loaded && steady.allocations.allocations == 0,
         format!(
-            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; events the queue took in the window: {}; windows set aside before it: {}; the agent logged in the window: {}{}",
+            "{} allocations ({} bytes), {} frees over {:.1} s while the loops wrote {} cycles; the agent waited for a core {} of it; events the queue took in the window: {}; windows set aside before it: {}; the agent logged in the window: {}{}",
             steady.allocations.allocations,
             steady.allocations.bytes,
             steady.allocations.frees,
             window_s,
             steady.cycles_in_window,
+            steady
+                .run_queue_wait_s
+                .map_or_else(|| "unknown".to_owned(), |s| format!("{s:.3} s")),
             steady
                 .events_in_window
                 .map_or_else(|| "unknown (no queue snapshot)".to_owned(), |n| n.to_string()),
