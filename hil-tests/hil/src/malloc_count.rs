@@ -48,6 +48,7 @@ const SOURCE: &str = r#"
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -55,8 +56,6 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 extern void *__libc_memalign(size_t, size_t);
-
-#include <time.h>
 
 #define TRACE_SLOTS 252
 struct slot { uint64_t at_ns; uint32_t bytes, call; };
