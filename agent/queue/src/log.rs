@@ -516,10 +516,13 @@ struct Frame<'a> {
     next: Pos,
 }
 
+/// The protobuf key of the event's first field, its sequence number (field 1, varint).
+const SEQ_TAG: u8 = 0x08;
+
 /// A frame's sequence number, from the event leading its value (no checksum check).
 fn frame_seq(value: &[u8]) -> Option<u64> {
     let event = value.get(record::HEADER_LEN..)?;
-    if event.first() != Some(&0x08) {
+    if event.first() != Some(&SEQ_TAG) {
         return None;
     }
     let mut seq = 0u64;
@@ -907,6 +910,34 @@ impl<'f> Window<'f> {
         Ok(true)
     }
 
+    /// The first offset at or after `from` where a valid frame could start: its length is one
+    /// a record can have and its event opens with the sequence number's tag. A cheap test
+    /// byte by byte over the buffered chunk, so that the search past damaged bytes (zeros,
+    /// garbage) reads at the disk's pace; [`Window::frame`] decides on each candidate. Every
+    /// offset where `frame` would find a frame that passes its checks is a candidate.
+    fn next_candidate(&mut self, from: usize) -> Result<Option<usize>, StoreError> {
+        // The frame header, the record header and the event's first byte.
+        const PROBE: usize = FRAME_HEADER + record::HEADER_LEN + 1;
+        // The record header, the sequence number's tag and at least one byte of its varint.
+        const MIN_VALUE: usize = record::HEADER_LEN + 2;
+        let mut at = from;
+        while self.load(at, PROBE)? {
+            let buf = &self.buf[at - self.at..];
+            let found = buf.windows(PROBE).position(|probe| {
+                probe[PROBE - 1] == SEQ_TAG
+                    && (MIN_VALUE..=MAX_VALUE).contains(
+                        &(u32::from_le_bytes([probe[0], probe[1], probe[2], probe[3]]) as usize),
+                    )
+            });
+            match found {
+                Some(i) => return Ok(Some(at + i)),
+                // Every position with a whole probe in the buffer was tried.
+                None => at += buf.len() + 1 - PROBE,
+            }
+        }
+        Ok(None)
+    }
+
     /// The frame starting at `at`, if its header and length fit in the file.
     fn frame(&mut self, at: usize) -> Result<Option<FrameInfo>, StoreError> {
         if !self.load(at, FRAME_HEADER)? {
@@ -1173,7 +1204,8 @@ impl Log {
                         // Garbage, a torn tail or an uncommitted commit: find the next frame
                         // that passes every check; what lies between is lost and counted.
                         let mut resumed = None;
-                        for at in offset + 1..file_len {
+                        let mut from = offset + 1;
+                        while let Some(at) = window.next_candidate(from)? {
                             if let Some(next) = window.frame(at)?
                                 && let Some(seq) = next.seq.filter(|&seq| {
                                     next.ok && accept(next.tag) && seq > tier.last_seq
@@ -1182,6 +1214,7 @@ impl Log {
                                 resumed = Some((at, seq));
                                 break;
                             }
+                            from = at + 1;
                         }
                         match resumed {
                             Some((at, seq)) => {
@@ -2459,5 +2492,92 @@ mod tests {
         drop(log);
         let log = Log::open(&path, false).unwrap();
         assert_eq!(seqs(&log, 0), vec![8]);
+    }
+
+    /// Offsets in 0..len where a frame passing its checks starts, tried one by one.
+    fn valid_frames_everywhere(window: &mut Window<'_>, len: usize) -> Vec<usize> {
+        (0..len)
+            .filter(|&at| window.frame(at).unwrap().is_some_and(|f| f.ok))
+            .collect()
+    }
+
+    #[test]
+    fn the_search_past_damage_skips_no_offset_where_a_valid_frame_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let log = fresh(&path);
+        append(&log, 0, 1..=40);
+        drop(log);
+        // The real frames, as the log wrote them.
+        let segment = std::fs::read(path.join(segment_name(0, 1))).unwrap();
+        let mut frames = Vec::new();
+        {
+            let file = File::open(path.join(segment_name(0, 1))).unwrap();
+            let mut window = Window::new(&file, segment.len());
+            let mut at = 0;
+            while let Some(frame) = window.frame(at).unwrap() {
+                assert!(frame.ok);
+                frames.push(segment[at..frame.end].to_vec());
+                at = frame.end;
+            }
+        }
+        assert_eq!(frames.len(), 40);
+        // Damage: zeros, then bytes from a xorshift, with lone sequence-number tags and
+        // plausible lengths scattered in; real frames set in both, some across the boundary of
+        // the window's read chunk.
+        let len = 2 * READ_CHUNK + 4096;
+        let mut bytes = vec![0u8; len];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for byte in &mut bytes[READ_CHUNK / 2..] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = state as u8;
+        }
+        for at in (100..len - 64).step_by(997) {
+            bytes[at] = SEQ_TAG;
+            bytes[at - 20..at - 16].copy_from_slice(&30u32.to_le_bytes());
+        }
+        let placed = [
+            5,
+            1000,
+            READ_CHUNK - 30,
+            READ_CHUNK - 3,
+            READ_CHUNK + 700,
+            2 * READ_CHUNK - 45,
+            2 * READ_CHUNK - 1,
+            len - frames[0].len(),
+        ];
+        for (n, &at) in placed.iter().enumerate() {
+            let frame = &frames[n * 5];
+            bytes[at..at + frame.len()].copy_from_slice(frame);
+        }
+        let damaged = dir.path().join("damaged.seg");
+        std::fs::write(&damaged, &bytes).unwrap();
+        let file = File::open(&damaged).unwrap();
+
+        let mut window = Window::new(&file, len);
+        let everywhere = valid_frames_everywhere(&mut window, len);
+        for at in placed {
+            assert!(everywhere.contains(&at), "the frame set at {at} reads");
+        }
+        let mut window = Window::new(&file, len);
+        let mut found = Vec::new();
+        let mut candidates = 0;
+        let mut from = 0;
+        while let Some(at) = window.next_candidate(from).unwrap() {
+            assert!(at >= from);
+            candidates += 1;
+            if window.frame(at).unwrap().is_some_and(|f| f.ok) {
+                found.push(at);
+            }
+            from = at + 1;
+        }
+        assert_eq!(found, everywhere);
+        // The filter is worth having: few offsets of the damage get the full check.
+        assert!(
+            candidates < len / 500,
+            "{candidates} candidates in {len} bytes"
+        );
     }
 }
