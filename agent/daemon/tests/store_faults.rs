@@ -14,7 +14,8 @@
 //!   drains to a real Mosquitto. It counts per file handle, so the test sees that the agent
 //!   reopened its store on new handles and never wrote or synced again through one that met
 //!   the fault. Runs anywhere.
-//! - ENOSPC: the queue on a small loop-mounted ext4 filled up by another file.
+//! - ENOSPC: the queue on a small loop-mounted ext4 that another file has all but filled before
+//!   the agent starts; the agent's safety events take the rest.
 //! - EIO: the queue's file system on a device-mapper linear device switched to dm's `error`
 //!   target and back.
 //!
@@ -33,7 +34,6 @@ mod util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use edgewatch_harness::agent::AgentProcess;
@@ -695,23 +695,64 @@ impl Drop for DmDevice {
     }
 }
 
-/// Submits debug events of 60 KB until the status file says the store is unavailable.
-fn fill_until_unavailable(agent: &mut AgentProcess, first_id: i64) {
+/// Another file taking all but `keep_free` bytes of the file system holding `path` (its blocks
+/// allocated, not sparse).
+fn fill_leaving(path: &Path, keep_free: u64) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let dir = std::ffi::CString::new(path.parent().unwrap().as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs is plain old data; all zeros is a valid value of it.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and an out-parameter of the right type.
+    let status = unsafe { libc::statvfs(dir.as_ptr(), &mut stat) };
+    assert_eq!(status, 0, "{}", std::io::Error::last_os_error());
+    // The test runs as root, as does its agent: both may use the blocks reserved for root.
+    let free = stat.f_bfree as u64 * stat.f_frsize as u64;
+    let len = free.saturating_sub(keep_free);
+    let file = std::fs::File::create(path).unwrap();
+    // SAFETY: an open file descriptor and a length that fits an off_t on a 32 MiB file system.
+    let done = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    assert_eq!(done, 0, "{}", std::io::Error::last_os_error());
+    file.sync_all().unwrap();
+}
+
+/// Submits safety events of 60 KB until one is answered as held (its commit met the full
+/// disk), then waits for the status file to say the store is unavailable. Returns the ids of
+/// those held.
+///
+/// Safety events, not bulk ones: a failed commit keeps them in memory, and every reopen attempt
+/// writes them again with whatever came since, more than the commit that failed needed, on a
+/// disk with no more room than then. The store stays unavailable until the test frees space,
+/// however late its checks come. (After a failed commit of bulk events nothing is held, and
+/// the reopen a second later writes the few small records it then has into the slack of a
+/// segment's last block: the store is back.)
+fn fill_until_unavailable(agent: &mut AgentProcess, first_id: i64) -> Vec<i64> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut id = first_id;
-    while store_status(agent)["available"].as_bool() != Some(false) {
+    let mut held_ids = Vec::new();
+    while held_ids.is_empty() {
         assert!(
             Instant::now() < deadline,
             "the store never failed:\n{}",
             agent.log()
         );
-        let batch = (0..8)
-            .map(|i| (Tier::Debug, test_event(id + i, 60_000)))
+        let ids: Vec<i64> = (id..id + 4).collect();
+        let batch = ids
+            .iter()
+            .map(|&id| (Tier::Safety, test_event(id, 60_000)))
             .collect();
-        submit_all(&agent.socket(), batch);
-        id += 8;
-        std::thread::sleep(Duration::from_millis(200));
+        for (id, reply) in ids.into_iter().zip(submit_all(&agent.socket(), batch)) {
+            if held(&reply) {
+                held_ids.push(id);
+            } else {
+                assert!(reply.accepted, "safety event {id}: {reply:?}");
+            }
+        }
+        id += 4;
+        std::thread::sleep(Duration::from_millis(50));
     }
+    wait_for_store(agent, false, Duration::from_secs(30));
+    held_ids
 }
 
 /// What both privileged tests check once the store has failed: the agent is up and says so,
@@ -728,7 +769,9 @@ fn check_degraded(agent: &mut AgentProcess) -> Vec<i64> {
     let replies = submit_all(&agent.socket(), submissions);
     assert!(
         held(&replies[0]) && held(&replies[1]) && held(&replies[3]),
-        "{replies:?}"
+        "{replies:?}\n{}\n{}",
+        agent.status_file(),
+        agent.log()
     );
     assert!(
         !replies[2].accepted && replies[2].error.contains("unavailable"),
@@ -774,20 +817,19 @@ mod privileged {
         loopfs::sparse_image(&image, 32 * 1024 * 1024).unwrap();
         let device = LoopDevice::attach(&image).unwrap();
         let mount = format_and_mount(device.path(), &work.path().join("mnt")).unwrap();
+        // Another file takes all but 4 MiB before the agent starts, so the queue can reserve
+        // no blocks ahead of its segments: a failed commit gives back only what it wrote.
+        let filler = mount.dir().join("filler");
+        fill_leaving(&filler, 4 * 1024 * 1024);
         let queue = mount.dir().join("queue");
         let mut agent = start_agent(work.path(), &queue);
         wait_for_store(&mut agent, true, Duration::from_secs(10));
         let first = submit_all(&agent.socket(), vec![safety(1)]);
         assert!(first[0].accepted, "{:?}", first[0]);
 
-        // Another file takes the rest of the space; the queue's appends then fail.
-        let filler = mount.dir().join("filler");
-        let _ = Command::new("dd")
-            .args(["if=/dev/zero", "bs=1M", "status=none"])
-            .arg(format!("of={}", filler.display()))
-            .status();
-        fill_until_unavailable(&mut agent, 10_000);
-        let held_ids = check_degraded(&mut agent);
+        // The queue's appends take the rest; its commits then fail.
+        let mut held_ids = fill_until_unavailable(&mut agent, 10_000);
+        held_ids.extend(check_degraded(&mut agent));
 
         std::fs::remove_file(&filler).unwrap();
         wait_for_store(&mut agent, true, Duration::from_secs(120));
