@@ -423,7 +423,7 @@ fn scenario(name: &str, root: &Path) -> Vec<(String, String, String)> {
                     continue;
                 }
                 let len = std::fs::metadata(&path).unwrap().len();
-                let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                let file = OpenOptions::new().write(true).open(&path).unwrap();
                 let zeros = vec![0u8; (len / 2) as usize];
                 file.write_all_at(&zeros, len / 4).unwrap();
                 file.sync_all().unwrap();
